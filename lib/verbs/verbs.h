@@ -1,0 +1,64 @@
+/*
+ * Internal to libibverbs.so.1: what the entry points share. The core returns 0 or a
+ * negative errno; the functions here and in verbs_*.c turn that into the API's
+ * conventions (NULL + errno from create_*, a positive errno from modify/destroy/post).
+ */
+#ifndef SV_VERBS_H
+#define SV_VERBS_H
+
+#include <errno.h>
+#include <infiniband/verbs.h>
+
+#include "core/sv_cq.h"
+#include "core/sv_obj.h"
+#include "util/sv_log.h"
+
+/* NULL with errno set, as every ibv_create_* / ibv_alloc_* reports failure. */
+static inline void *sv_fail_null(int err)
+{
+	errno = err;
+	return NULL;
+}
+
+/* The single device this library offers. */
+extern struct ibv_device sv_ibv_device;
+
+int sv_verbs_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr,
+			size_t attr_len);
+int sv_verbs_query_device_ex(struct ibv_context *ctx,
+			     const struct ibv_query_device_ex_input *input,
+			     struct ibv_device_attr_ex *attr, size_t attr_size);
+int sv_verbs_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *values);
+
+struct ibv_cq_ex *sv_verbs_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
+int sv_verbs_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int sv_verbs_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+
+struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+int sv_verbs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int sv_verbs_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+void sv_verbs_qp_ex_init(struct sv_qp *qp);
+/* Moves @qp to ERR's effects: flush outstanding WRs. Caller holds qp->lock. */
+void sv_verbs_qp_flush(struct sv_qp *qp);
+/* Drops every outstanding WR and completion of @qp (RESET / destroy). */
+void sv_verbs_qp_drain(struct sv_qp *qp);
+
+struct ibv_srq *sv_verbs_create_srq_ex(struct ibv_context *ctx,
+				       struct ibv_srq_init_attr_ex *attr);
+int sv_verbs_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+			   struct ibv_recv_wr **bad);
+
+/* Sets the state that posting reads, under the work queues' locks. */
+void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state);
+
+/* Checks a recv WR against a queue's limits: 0 or -EINVAL. */
+int sv_check_recv_wr(const struct sv_wq *wq, const struct ibv_recv_wr *wr);
+
+/* Waits until the user has acknowledged @reported events counted in @completed. */
+void sv_wait_events_acked(pthread_mutex_t *mutex, pthread_cond_t *cond,
+			  const uint32_t *completed, const uint32_t *reported);
+
+/* GID helpers (verbs_query.c). */
+int sv_gid_index_valid(struct sv_context *ctx, int index);
+
+#endif

@@ -1,0 +1,142 @@
+/* Address handles, and building one from a received UD completion. */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "verbs.h"
+
+/* 0 or a positive errno. Without a GRH the LID addresses the port (LID mode). */
+static int check_ah(struct sv_context *ctx, const struct ibv_ah_attr *attr)
+{
+	if (attr->port_num != SV_PORT_NUM || attr->sl > 15)
+		return EINVAL;
+	if (attr->is_global)
+		return sv_gid_index_valid(ctx, attr->grh.sgid_index) ? 0 : EINVAL;
+	return attr->dlid ? 0 : EINVAL;
+}
+
+struct ibv_ah *ibv_create_ah(struct ibv_pd *ibpd, struct ibv_ah_attr *attr)
+{
+	struct sv_context *ctx;
+	struct sv_ah *ah;
+	int err;
+
+	if (!ibpd || !attr)
+		return sv_fail_null(EINVAL);
+	ctx = to_svctx(ibpd->context);
+	err = check_ah(ctx, attr);
+	if (err)
+		return sv_fail_null(err);
+	if (atomic_fetch_add(&ctx->n_ah, 1) >= SV_MAX_AH) {
+		atomic_fetch_sub(&ctx->n_ah, 1);
+		return sv_fail_null(ENOMEM);
+	}
+	ah = calloc(1, sizeof(*ah));
+	if (!ah) {
+		atomic_fetch_sub(&ctx->n_ah, 1);
+		return sv_fail_null(ENOMEM);
+	}
+	ah->attr = *attr;
+	ah->pd = to_svpd(ibpd);
+	ah->ibv.context = ibpd->context;
+	ah->ibv.pd = ibpd;
+	atomic_fetch_add(&ah->pd->usecnt, 1);
+	return &ah->ibv;
+}
+
+int ibv_destroy_ah(struct ibv_ah *ibah)
+{
+	struct sv_ah *ah;
+
+	if (!ibah)
+		return EINVAL;
+	ah = to_svah(ibah);
+	atomic_fetch_sub(&ah->pd->usecnt, 1);
+	atomic_fetch_sub(&to_svctx(ibah->context)->n_ah, 1);
+	free(ah);
+	return 0;
+}
+
+static void v4_mapped(union ibv_gid *gid, const void *addr4)
+{
+	memset(gid, 0, sizeof(*gid));
+	gid->raw[10] = 0xff;
+	gid->raw[11] = 0xff;
+	memcpy(&gid->raw[12], addr4, 4);
+}
+
+/*
+ * The 40 bytes in front of a UD receive: an IPv6-style GRH, or for RoCE v2 over IPv4
+ * 20 unused bytes and then the IPv4 header (version nibble 4 at offset 20).
+ */
+static void grh_addresses(const struct ibv_grh *grh, union ibv_gid *sgid, union ibv_gid *dgid,
+			  uint32_t *flow_label, uint8_t *tclass)
+{
+	const unsigned char *raw = (const unsigned char *)grh;
+	uint32_t vtf;
+
+	if ((raw[20] >> 4) == 4) {
+		v4_mapped(sgid, raw + 20 + 12);
+		v4_mapped(dgid, raw + 20 + 16);
+		*flow_label = 0;
+		*tclass = raw[21];
+		return;
+	}
+	*sgid = grh->sgid;
+	*dgid = grh->dgid;
+	vtf = be32toh(grh->version_tclass_flow);
+	*flow_label = vtf & 0xfffff;
+	*tclass = (vtf >> 20) & 0xff;
+}
+
+int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
+			struct ibv_grh *grh, struct ibv_ah_attr *ah_attr)
+{
+	struct sv_context *ctx;
+
+	if (!context || !wc || !ah_attr || port_num != SV_PORT_NUM ||
+	    ((wc->wc_flags & IBV_WC_GRH) && !grh)) {
+		errno = EINVAL;
+		return -1;
+	}
+	ctx = to_svctx(context);
+	memset(ah_attr, 0, sizeof(*ah_attr));
+	ah_attr->port_num = port_num;
+	ah_attr->sl = wc->sl;
+	ah_attr->dlid = wc->slid;
+	ah_attr->src_path_bits = wc->dlid_path_bits;
+	if (wc->wc_flags & IBV_WC_GRH) {
+		union ibv_gid sgid, dgid;
+		uint32_t flow_label;
+		uint8_t tclass;
+		int index;
+
+		grh_addresses(grh, &sgid, &dgid, &flow_label, &tclass);
+		/* The reply leaves from the GID the request arrived at. */
+		index = sv_host_find_gid(&ctx->host, &dgid);
+		if (index < 0) {
+			errno = ENOENT;
+			return -1;
+		}
+		ah_attr->is_global = 1;
+		ah_attr->grh.dgid = sgid;
+		ah_attr->grh.sgid_index = (uint8_t)index;
+		ah_attr->grh.flow_label = flow_label;
+		ah_attr->grh.hop_limit = 0xff;
+		ah_attr->grh.traffic_class = tclass;
+	}
+	return 0;
+}
+
+struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh,
+				     uint8_t port_num)
+{
+	struct ibv_ah_attr attr;
+
+	if (!pd)
+		return sv_fail_null(EINVAL);
+	if (ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr))
+		return NULL;
+	return ibv_create_ah(pd, &attr);
+}

@@ -1,0 +1,167 @@
+/* The device list and contexts: ibv_get_device_list, ibv_open_device, ibv_close_device. */
+#include <endian.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "verbs.h"
+
+struct ibv_device sv_ibv_device = {
+	.node_type = IBV_NODE_CA,
+	.transport_type = IBV_TRANSPORT_IB,
+	.name = SV_DEV_NAME,
+	.dev_name = "uverbs0",
+	.dev_path = "/sys/class/infiniband_verbs/uverbs0",
+	.ibdev_path = "/sys/class/infiniband/" SV_DEV_NAME,
+};
+
+static pthread_once_t sv_init_once = PTHREAD_ONCE_INIT;
+static struct sv_host sv_host_at_load;
+
+static void sv_init(void)
+{
+	sv_log_init();
+	if (sv_host_probe(&sv_host_at_load))
+		sv_warn("SOFTVERBS_PKEYS is malformed; using the default partition only");
+}
+
+struct ibv_device **ibv_get_device_list(int *num_devices)
+{
+	struct ibv_device **list = calloc(2, sizeof(*list));
+
+	pthread_once(&sv_init_once, sv_init);
+	if (!list) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	list[0] = &sv_ibv_device;
+	if (num_devices)
+		*num_devices = 1;
+	return list;
+}
+
+void ibv_free_device_list(struct ibv_device **list)
+{
+	free(list);
+}
+
+const char *ibv_get_device_name(struct ibv_device *device)
+{
+	return device ? device->name : NULL;
+}
+
+__be64 ibv_get_device_guid(struct ibv_device *device)
+{
+	(void)device;
+	pthread_once(&sv_init_once, sv_init);
+	return htobe64(sv_host_at_load.node_guid);
+}
+
+int ibv_get_device_index(struct ibv_device *device)
+{
+	return device == &sv_ibv_device ? 0 : -1;
+}
+
+static void sv_context_set_ops(struct sv_context *ctx)
+{
+	struct verbs_context *v = &ctx->vctx;
+	struct ibv_context_ops *ops = &v->context.ops;
+
+	/* The header inlines call these through fixed offsets: never NULL. */
+	ops->poll_cq = sv_verbs_poll_cq;
+	ops->req_notify_cq = sv_verbs_req_notify_cq;
+	ops->post_send = sv_verbs_post_send;
+	ops->post_recv = sv_verbs_post_recv;
+	ops->post_srq_recv = sv_verbs_post_srq_recv;
+	/* alloc_mw stays NULL: ibv_alloc_mw() then answers EOPNOTSUPP. */
+
+	v->query_port = sv_verbs_query_port;
+	v->query_device_ex = sv_verbs_query_device_ex;
+	v->query_rt_values = sv_verbs_query_rt_values;
+	v->create_cq_ex = sv_verbs_create_cq_ex;
+	v->create_qp_ex = sv_verbs_create_qp_ex;
+	v->create_srq_ex = sv_verbs_create_srq_ex;
+	v->sz = sizeof(struct verbs_context);
+}
+
+static struct ibv_context *sv_open(struct ibv_device *device)
+{
+	struct sv_context *ctx;
+	int err;
+
+	pthread_once(&sv_init_once, sv_init);
+	if (device != &sv_ibv_device)
+		return sv_fail_null(ENODEV);
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return sv_fail_null(ENOMEM);
+	err = sv_host_probe(&ctx->host);
+	if (err && err != -EINVAL)
+		goto err_free;
+	err = sv_mr_table_init(&ctx->mrs);
+	if (err)
+		goto err_free;
+	ctx->vctx.context.async_fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+	if (ctx->vctx.context.async_fd < 0) {
+		err = -errno;
+		goto err_mrs;
+	}
+	pthread_mutex_init(&ctx->lock, NULL);
+	pthread_mutex_init(&ctx->vctx.context.mutex, NULL);
+	ctx->vctx.context.device = device;
+	ctx->vctx.context.cmd_fd = -1;
+	ctx->vctx.context.num_comp_vectors = SV_NUM_COMP_VECTORS;
+	ctx->vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
+	sv_context_set_ops(ctx);
+	sv_dbg("context %p opened", (void *)ctx);
+	return &ctx->vctx.context;
+
+err_mrs:
+	sv_mr_table_destroy(&ctx->mrs);
+err_free:
+	free(ctx);
+	return sv_fail_null(-err);
+}
+
+struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	return sv_open(device);
+}
+
+/* IBVERBS_PRIVATE_34: rdma-core's providers' way in; the same as ibv_open_device. */
+struct ibv_context *verbs_open_device(struct ibv_device *device, void *private_data);
+struct ibv_context *verbs_open_device(struct ibv_device *device, void *private_data)
+{
+	(void)private_data;
+	return sv_open(device);
+}
+
+struct ibv_context *ibv_import_device(int cmd_fd)
+{
+	(void)cmd_fd;
+	return sv_fail_null(EOPNOTSUPP);
+}
+
+int ibv_close_device(struct ibv_context *context)
+{
+	struct sv_context *ctx;
+	struct sv_async_event *e;
+
+	if (!context)
+		return EINVAL;
+	ctx = to_svctx(context);
+	/* Like rdma-core, objects still open are not checked: they die with the context. */
+	while ((e = ctx->async_head)) {
+		ctx->async_head = e->next;
+		free(e);
+	}
+	close(context->async_fd);
+	sv_mr_table_destroy(&ctx->mrs);
+	pthread_mutex_destroy(&ctx->lock);
+	pthread_mutex_destroy(&context->mutex);
+	free(ctx);
+	return 0;
+}

@@ -1,0 +1,90 @@
+/*
+ * Calls softverbs answers without a feature behind them yet, each with the errno
+ * rdma-core gives when a provider lacks the operation (docs/conformance.md lists them).
+ */
+#include <string.h>
+
+#include "verbs.h"
+
+static bool is_multicast_gid(const union ibv_gid *gid)
+{
+	return gid->raw[0] == 0xff;
+}
+
+/* Multicast: UD only, multicast GIDs only; the data path for groups is not built yet. */
+int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)lid;
+	if (!qp || !gid || qp->qp_type != IBV_QPT_UD || !is_multicast_gid(gid))
+		return EINVAL;
+	return EOPNOTSUPP;
+}
+
+int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)lid;
+	if (!qp || !gid || qp->qp_type != IBV_QPT_UD || !is_multicast_gid(gid))
+		return EINVAL;
+	return EOPNOTSUPP;
+}
+
+/*
+ * RoCE needs an Ethernet address for a GID; softverbs does not frame Ethernet, so it
+ * answers with a locally administered MAC derived from the GID and no VLAN.
+ */
+int ibv_resolve_eth_l2_from_gid(struct ibv_context *context, struct ibv_ah_attr *attr,
+				uint8_t eth_mac[6], uint16_t *vid)
+{
+	if (!context || !attr || !eth_mac || !vid || !attr->is_global)
+		return EINVAL;
+	eth_mac[0] = 0x02;
+	eth_mac[1] = 0x00;
+	memcpy(&eth_mac[2], &attr->grh.dgid.raw[12], 4);
+	*vid = 0xffff;
+	return 0;
+}
+
+int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp, (void)ece;
+	return EOPNOTSUPP;
+}
+
+int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp, (void)ece;
+	return EOPNOTSUPP;
+}
+
+struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
+{
+	(void)context, (void)pd_handle;
+	return sv_fail_null(EOPNOTSUPP);
+}
+
+void ibv_unimport_pd(struct ibv_pd *pd)
+{
+	(void)pd;
+}
+
+struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
+{
+	(void)pd, (void)mr_handle;
+	return sv_fail_null(EOPNOTSUPP);
+}
+
+void ibv_unimport_mr(struct ibv_mr *mr)
+{
+	(void)mr;
+}
+
+struct ibv_dm *ibv_import_dm(struct ibv_context *context, uint32_t dm_handle)
+{
+	(void)context, (void)dm_handle;
+	return sv_fail_null(EOPNOTSUPP);
+}
+
+void ibv_unimport_dm(struct ibv_dm *dm)
+{
+	(void)dm;
+}

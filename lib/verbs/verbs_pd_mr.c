@@ -1,0 +1,251 @@
+/* Protection domains and memory regions. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "verbs.h"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+static atomic_uint sv_next_handle = 1;
+
+struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
+{
+	struct sv_context *ctx;
+	struct sv_pd *pd;
+
+	if (!context)
+		return sv_fail_null(EINVAL);
+	ctx = to_svctx(context);
+	if (atomic_fetch_add(&ctx->n_pd, 1) >= SV_MAX_PD) {
+		atomic_fetch_sub(&ctx->n_pd, 1);
+		return sv_fail_null(ENOMEM);
+	}
+	pd = calloc(1, sizeof(*pd));
+	if (!pd) {
+		atomic_fetch_sub(&ctx->n_pd, 1);
+		return sv_fail_null(ENOMEM);
+	}
+	pd->ibv.context = context;
+	pd->handle = atomic_fetch_add(&sv_next_handle, 1);
+	pd->ibv.handle = pd->handle;
+	return &pd->ibv;
+}
+
+int ibv_dealloc_pd(struct ibv_pd *ibpd)
+{
+	struct sv_pd *pd;
+
+	if (!ibpd)
+		return EINVAL;
+	pd = to_svpd(ibpd);
+	/* The kernel refuses while MRs, QPs, SRQs or AHs still name the PD. */
+	if (atomic_load(&pd->usecnt))
+		return EBUSY;
+	atomic_fetch_sub(&to_svctx(ibpd->context)->n_pd, 1);
+	free(pd);
+	return 0;
+}
+
+enum {
+	SV_MR_ACCESS_SUPPORTED = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+				 IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+				 IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB,
+};
+
+/* 0 or a positive errno, as the kernel checks access flags (ib_check_mr_access). */
+static int check_access(unsigned int access)
+{
+	/* The optional range (relaxed ordering, ...) is a hint a device may ignore. */
+	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
+	if (access & ~(unsigned int)SV_MR_ACCESS_SUPPORTED)
+		return EINVAL;
+	/* IBA 10.6.3.1: remote write or atomic needs local write. */
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & IBV_ACCESS_LOCAL_WRITE))
+		return EINVAL;
+	return 0;
+}
+
+/*
+ * The range must be mapped, as the kernel's pinning would require (EFAULT otherwise).
+ * Nothing is pinned: mincore() only asks whether every page exists.
+ */
+static int check_mapped(const void *addr, size_t length)
+{
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)addr & ~(page - 1);
+	uintptr_t end = (uintptr_t)addr + length;
+	unsigned char vec[4096];
+
+	while (start < end) {
+		size_t chunk = end - start;
+
+		if (chunk > sizeof(vec) * page)
+			chunk = sizeof(vec) * page;
+		if (mincore((void *)start, chunk, vec))
+			return errno == ENOMEM ? EFAULT : errno;
+		start += chunk;
+	}
+	return 0;
+}
+
+static int check_range(void *addr, size_t length, unsigned int access)
+{
+	if (length == 0 || (uintptr_t)addr + length < (uintptr_t)addr)
+		return EINVAL;
+	if (access & IBV_ACCESS_ON_DEMAND)
+		return 0; /* ODP ranges may be mapped later */
+	return check_mapped(addr, length);
+}
+
+static void fill_entry(struct sv_mr_entry *e, struct sv_pd *pd, void *addr, size_t length,
+		       uint64_t iova, unsigned int access)
+{
+	e->pd = pd->handle;
+	e->access = access & ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
+	e->iova = iova;
+	e->length = length;
+	e->vaddr = (uintptr_t)addr;
+}
+
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova,
+				unsigned int access)
+{
+	struct sv_mr_entry entry = { 0 };
+	struct sv_context *ctx;
+	struct sv_pd *pd;
+	struct sv_mr *mr;
+	uint32_t key;
+	int err;
+
+	if (!ibpd)
+		return sv_fail_null(EINVAL);
+	err = check_access(access);
+	if (!err)
+		err = check_range(addr, length, access);
+	if (!err && iova + length < iova)
+		err = EINVAL;
+	if (err)
+		return sv_fail_null(err);
+	pd = to_svpd(ibpd);
+	ctx = to_svctx(ibpd->context);
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return sv_fail_null(ENOMEM);
+	fill_entry(&entry, pd, addr, length, iova, access);
+	err = sv_mr_table_add(&ctx->mrs, &entry, &mr->index, &key);
+	if (err) {
+		free(mr);
+		return sv_fail_null(-err);
+	}
+	mr->pd = pd;
+	mr->access = access;
+	mr->iova = iova;
+	mr->ibv.context = ibpd->context;
+	mr->ibv.pd = ibpd;
+	mr->ibv.addr = addr;
+	mr->ibv.length = length;
+	mr->ibv.handle = mr->index;
+	mr->ibv.lkey = key;
+	mr->ibv.rkey = key;
+	atomic_fetch_add(&pd->usecnt, 1);
+	return &mr->ibv;
+}
+
+struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+			       int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned int)access);
+}
+
+struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, (unsigned int)access);
+}
+
+struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
+				 uint64_t iova, int fd, int access)
+{
+	(void)pd, (void)offset, (void)length, (void)iova, (void)fd, (void)access;
+	return sv_fail_null(EOPNOTSUPP);
+}
+
+static int rereg_fail(int err, int code)
+{
+	errno = err;
+	return code;
+}
+
+int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr,
+		 size_t length, int access)
+{
+	struct sv_mr_entry entry = { 0 };
+	struct sv_context *ctx;
+	struct sv_pd *new_pd;
+	struct sv_mr *mr;
+	unsigned int new_access;
+	void *new_addr;
+	size_t new_length;
+	uint64_t new_iova;
+	uint32_t key;
+	int err;
+
+	if (!ibmr || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED))
+		return rereg_fail(EINVAL, IBV_REREG_MR_ERR_INPUT);
+	if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length))
+		return rereg_fail(EINVAL, IBV_REREG_MR_ERR_INPUT);
+	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (addr || length))
+		return rereg_fail(EINVAL, IBV_REREG_MR_ERR_INPUT);
+	if ((flags & IBV_REREG_MR_CHANGE_PD) && !ibpd)
+		return rereg_fail(EINVAL, IBV_REREG_MR_ERR_INPUT);
+	if (!flags)
+		return rereg_fail(EINVAL, IBV_REREG_MR_ERR_CMD);
+
+	mr = to_svmr(ibmr);
+	ctx = to_svctx(ibmr->context);
+	new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? to_svpd(ibpd) : mr->pd;
+	if (new_pd->ibv.context != ibmr->context)
+		return rereg_fail(EINVAL, IBV_REREG_MR_ERR_CMD);
+	new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? (unsigned int)access : mr->access;
+	new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : ibmr->addr;
+	new_length = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : ibmr->length;
+	new_iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? (uintptr_t)addr : mr->iova;
+	err = check_access(new_access);
+	if (!err && (flags & IBV_REREG_MR_CHANGE_TRANSLATION))
+		err = check_range(new_addr, new_length, new_access);
+	if (err)
+		return rereg_fail(err, IBV_REREG_MR_ERR_CMD);
+
+	fill_entry(&entry, new_pd, new_addr, new_length, new_iova, new_access);
+	sv_mr_table_update(&ctx->mrs, mr->index, &entry, &key);
+	if (new_pd != mr->pd) {
+		atomic_fetch_add(&new_pd->usecnt, 1);
+		atomic_fetch_sub(&mr->pd->usecnt, 1);
+		mr->pd = new_pd;
+		ibmr->pd = &new_pd->ibv;
+	}
+	mr->access = new_access;
+	mr->iova = new_iova;
+	ibmr->addr = new_addr;
+	ibmr->length = new_length;
+	ibmr->lkey = key;
+	ibmr->rkey = key;
+	return 0;
+}
+
+int ibv_dereg_mr(struct ibv_mr *ibmr)
+{
+	struct sv_mr *mr;
+
+	if (!ibmr)
+		return EINVAL;
+	mr = to_svmr(ibmr);
+	sv_mr_table_remove(&to_svctx(ibmr->context)->mrs, mr->index);
+	atomic_fetch_sub(&mr->pd->usecnt, 1);
+	free(mr);
+	return 0;
+}

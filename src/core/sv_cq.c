@@ -1,0 +1,232 @@
+#include "core/sv_cq.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint32_t ring_size_for(uint32_t cqe)
+{
+	uint32_t p = 1;
+
+	while (p < cqe + 1)
+		p <<= 1;
+	return p;
+}
+
+int sv_cq_init(struct sv_cq *cq, uint32_t cqe)
+{
+	cq->size = ring_size_for(cqe);
+	cq->ring = calloc(cq->size, sizeof(*cq->ring));
+	if (!cq->ring)
+		return -ENOMEM;
+	cq->cqe = cqe;
+	cq->head = cq->tail = 0;
+	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+	return 0;
+}
+
+void sv_cq_fini(struct sv_cq *cq)
+{
+	pthread_spin_destroy(&cq->lock);
+	free(cq->ring);
+	cq->ring = NULL;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
+{
+	struct sv_comp_channel *notify = NULL;
+	bool overrun = false;
+	struct sv_cqe *e;
+
+	pthread_spin_lock(&cq->lock);
+	if (cq->head - cq->tail >= cq->cqe) {
+		overrun = !cq->overflowed;
+		cq->overflowed = 1;
+		pthread_spin_unlock(&cq->lock);
+		if (overrun)
+			sv_async_raise(to_svctx(cq->ibv.context), IBV_EVENT_CQ_ERR, cq);
+		return -ENOSPC;
+	}
+	e = &cq->ring[cq->head & (cq->size - 1)];
+	e->wc = *wc;
+	if (cq->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+			    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK))
+		e->ts = now_ns();
+	cq->head++;
+	/* IBA 11.4.2.2: a solicited-only arm fires on solicited and on error completions. */
+	if (cq->armed == 1 || (cq->armed == 2 && (solicited || wc->status != IBV_WC_SUCCESS))) {
+		cq->armed = 0;
+		notify = cq->chan;
+	}
+	pthread_spin_unlock(&cq->lock);
+	if (notify)
+		sv_chan_notify(notify, cq);
+	return 0;
+}
+
+int sv_cq_poll(struct sv_cq *cq, int n, struct ibv_wc *wc)
+{
+	int i = 0;
+
+	pthread_spin_lock(&cq->lock);
+	for (; i < n && cq->tail != cq->head; i++, cq->tail++)
+		wc[i] = cq->ring[cq->tail & (cq->size - 1)].wc;
+	pthread_spin_unlock(&cq->lock);
+	return i;
+}
+
+void sv_cq_arm(struct sv_cq *cq, int solicited_only)
+{
+	pthread_spin_lock(&cq->lock);
+	/* An arm for any completion is not narrowed by a later solicited-only arm. */
+	if (cq->armed != 1)
+		cq->armed = solicited_only ? 2 : 1;
+	pthread_spin_unlock(&cq->lock);
+}
+
+uint32_t sv_cq_count(struct sv_cq *cq)
+{
+	uint32_t n;
+
+	pthread_spin_lock(&cq->lock);
+	n = cq->head - cq->tail;
+	pthread_spin_unlock(&cq->lock);
+	return n;
+}
+
+void sv_cq_clean(struct sv_cq *cq, uint32_t qp_num)
+{
+	uint32_t keep;
+
+	pthread_spin_lock(&cq->lock);
+	keep = cq->tail;
+	for (uint32_t i = cq->tail; i != cq->head; i++) {
+		struct sv_cqe *e = &cq->ring[i & (cq->size - 1)];
+
+		if (e->wc.qp_num == qp_num)
+			continue;
+		if (keep != i)
+			cq->ring[keep & (cq->size - 1)] = *e;
+		keep++;
+	}
+	cq->head = keep;
+	pthread_spin_unlock(&cq->lock);
+}
+
+int sv_cq_resize(struct sv_cq *cq, uint32_t cqe)
+{
+	uint32_t size = ring_size_for(cqe);
+	struct sv_cqe *ring = calloc(size, sizeof(*ring)), *old;
+	uint32_t n;
+
+	if (!ring)
+		return -ENOMEM;
+	pthread_spin_lock(&cq->lock);
+	n = cq->head - cq->tail;
+	if (n > cqe) {
+		pthread_spin_unlock(&cq->lock);
+		free(ring);
+		return -EINVAL;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		ring[i] = cq->ring[(cq->tail + i) & (cq->size - 1)];
+	old = cq->ring;
+	cq->ring = ring;
+	cq->size = size;
+	cq->cqe = cqe;
+	cq->tail = 0;
+	cq->head = n;
+	cq->overflowed = 0;
+	pthread_spin_unlock(&cq->lock);
+	free(old);
+	return 0;
+}
+
+void sv_chan_notify(struct sv_comp_channel *chan, struct sv_cq *cq)
+{
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&chan->lock);
+	cq->chan_pending++;
+	if (!cq->chan_queued) {
+		cq->chan_queued = 1;
+		cq->chan_next = NULL;
+		if (chan->tail)
+			chan->tail->chan_next = cq;
+		else
+			chan->head = cq;
+		chan->tail = cq;
+	}
+	/* eventfd in semaphore mode: one count per event, one read takes one. */
+	if (write(chan->ibv.fd, &one, sizeof(one)) != sizeof(one))
+		abort(); /* only an overflow of 2^64-1 events could fail */
+	pthread_mutex_unlock(&chan->lock);
+}
+
+struct sv_cq *sv_chan_take(struct sv_comp_channel *chan)
+{
+	struct sv_cq *cq;
+
+	pthread_mutex_lock(&chan->lock);
+	cq = chan->head;
+	if (cq) {
+		cq->chan_pending--;
+		chan->head = cq->chan_next;
+		if (!chan->head)
+			chan->tail = NULL;
+		cq->chan_queued = 0;
+		if (cq->chan_pending) {
+			/* More events of this CQ: it goes to the back, after the others'. */
+			cq->chan_queued = 1;
+			cq->chan_next = NULL;
+			if (chan->tail)
+				chan->tail->chan_next = cq;
+			else
+				chan->head = cq;
+			chan->tail = cq;
+		}
+	}
+	pthread_mutex_unlock(&chan->lock);
+	return cq;
+}
+
+void sv_chan_forget(struct sv_comp_channel *chan, struct sv_cq *cq)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&chan->lock);
+	if (cq->chan_queued) {
+		struct sv_cq **pp = &chan->head, *prev = NULL;
+
+		while (*pp && *pp != cq) {
+			prev = *pp;
+			pp = &(*pp)->chan_next;
+		}
+		if (*pp) {
+			*pp = cq->chan_next;
+			if (chan->tail == cq)
+				chan->tail = prev;
+		}
+		cq->chan_queued = 0;
+	}
+	/* Take back the counts this CQ put on the eventfd, so poll() stops waking. */
+	for (; cq->chan_pending; cq->chan_pending--) {
+		struct pollfd pfd = { .fd = chan->ibv.fd, .events = POLLIN };
+
+		/* Never block here: another thread may have taken the count already. */
+		if (poll(&pfd, 1, 0) != 1 || read(chan->ibv.fd, &v, sizeof(v)) != sizeof(v))
+			break;
+	}
+	pthread_mutex_unlock(&chan->lock);
+}

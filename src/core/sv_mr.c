@@ -1,0 +1,147 @@
+#include "core/sv_mr.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+
+const char *const sv_access_result_name[] = {
+	[SV_ACCESS_OK] = "ok",
+	[SV_ACCESS_BAD_KEY] = "bad key",
+	[SV_ACCESS_BAD_PD] = "wrong PD",
+	[SV_ACCESS_NO_RIGHT] = "access right missing",
+	[SV_ACCESS_OUT_OF_RANGE] = "out of range",
+};
+
+int sv_mr_table_init(struct sv_mr_table *t)
+{
+	memset(t, 0, sizeof(*t));
+	/* Reserve address space for every slot; pages are touched only as slots fill. */
+	t->slots = mmap(NULL, SV_MR_SLOTS * sizeof(struct sv_mr_entry), PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (t->slots == MAP_FAILED) {
+		t->slots = NULL;
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&t->lock, NULL);
+	t->next_free_hint = 1; /* slot 0 stays free so that key 0 never names an MR */
+	return 0;
+}
+
+void sv_mr_table_destroy(struct sv_mr_table *t)
+{
+	if (!t->slots)
+		return;
+	munmap(t->slots, SV_MR_SLOTS * sizeof(struct sv_mr_entry));
+	pthread_mutex_destroy(&t->lock);
+	t->slots = NULL;
+}
+
+static uint32_t random_tag(void)
+{
+	uint32_t r = 0;
+
+	while (r == 0) {
+		if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+			r = (uint32_t)(uintptr_t)&r ^ 0x9e3779b9u; /* never reached on Linux */
+		r &= (1u << (32 - SV_MR_INDEX_BITS)) - 1;
+	}
+	return r;
+}
+
+static uint32_t make_key(uint32_t index)
+{
+	return (random_tag() << SV_MR_INDEX_BITS) | index;
+}
+
+/*
+ * Publishing an entry: the key is written last with release order, and cleared first on
+ * removal, so a reader that sees a key sees the contents that go with it.
+ */
+static void publish(struct sv_mr_entry *slot, const struct sv_mr_entry *e, uint32_t key)
+{
+	atomic_store_explicit(&slot->key, 0, memory_order_relaxed);
+	slot->pd = e->pd;
+	slot->access = e->access;
+	slot->iova = e->iova;
+	slot->length = e->length;
+	slot->vaddr = e->vaddr;
+	atomic_store_explicit(&slot->key, key, memory_order_release);
+}
+
+int sv_mr_table_add(struct sv_mr_table *t, const struct sv_mr_entry *e, uint32_t *index,
+		    uint32_t *key)
+{
+	int ret = -ENOMEM;
+
+	pthread_mutex_lock(&t->lock);
+	for (uint32_t n = 0; n < SV_MR_SLOTS; n++) {
+		uint32_t i = (t->next_free_hint + n) & (SV_MR_SLOTS - 1);
+
+		if (i == 0 || t->slots[i].key)
+			continue;
+		*index = i;
+		*key = make_key(i);
+		publish(&t->slots[i], e, *key);
+		t->n_used++;
+		t->next_free_hint = i + 1;
+		ret = 0;
+		break;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+int sv_mr_table_update(struct sv_mr_table *t, uint32_t index, const struct sv_mr_entry *e,
+		       uint32_t *key)
+{
+	pthread_mutex_lock(&t->lock);
+	*key = make_key(index);
+	publish(&t->slots[index], e, *key);
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+void sv_mr_table_remove(struct sv_mr_table *t, uint32_t index)
+{
+	pthread_mutex_lock(&t->lock);
+	atomic_store_explicit(&t->slots[index].key, 0, memory_order_release);
+	t->n_used--;
+	if (index < t->next_free_hint)
+		t->next_free_hint = index;
+	pthread_mutex_unlock(&t->lock);
+}
+
+enum sv_access_result sv_mr_check(const struct sv_mr_table *t, uint32_t key, uint32_t pd,
+				  uint32_t need, uint64_t addr, uint64_t len, uint64_t *vaddr)
+{
+	const struct sv_mr_entry *e = &t->slots[key & (SV_MR_SLOTS - 1)];
+	uint64_t off;
+
+	struct sv_mr_entry c;
+
+	if (key == 0 || atomic_load_explicit(&e->key, memory_order_acquire) != key)
+		return SV_ACCESS_BAD_KEY;
+	c.pd = e->pd;
+	c.access = e->access;
+	c.iova = e->iova;
+	c.length = e->length;
+	c.vaddr = e->vaddr;
+	/* The slot may have been reused while we read it: the key changes when it is. */
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&e->key, memory_order_relaxed) != key)
+		return SV_ACCESS_BAD_KEY;
+	if (c.pd != pd)
+		return SV_ACCESS_BAD_PD;
+	if ((c.access & need) != need)
+		return SV_ACCESS_NO_RIGHT;
+	/* Overflow-safe: addr >= iova, len <= length, addr - iova <= length - len. */
+	if (addr < c.iova || len > c.length)
+		return SV_ACCESS_OUT_OF_RANGE;
+	off = addr - c.iova;
+	if (off > c.length - len)
+		return SV_ACCESS_OUT_OF_RANGE;
+	*vaddr = c.vaddr + off;
+	return SV_ACCESS_OK;
+}

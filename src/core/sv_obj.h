@@ -1,0 +1,144 @@
+/*
+ * The verbs objects of one process.
+ *
+ * Each object embeds its rdma-core ABI struct as the first member (the context embeds
+ * struct verbs_context, whose ibv_context is its last member), so the pointer the
+ * application holds converts back with to_sv<obj>(). The ABI types are the vocabulary
+ * of the core too (struct ibv_wc, enum ibv_qp_state): translating them on every
+ * post and poll would cost time and buy nothing. Only lib/ turns results into the API's
+ * conventions (errno, NULL returns, *bad_wr).
+ *
+ * Lock order: qp->lock, then wq->lock, then cq->lock, then chan->lock, then ctx->lock.
+ */
+#ifndef SV_OBJ_H
+#define SV_OBJ_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/sv_device.h"
+#include "core/sv_mr.h"
+#include "core/sv_wq.h"
+
+#define sv_container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+struct sv_async_event {
+	struct sv_async_event *next;
+	struct ibv_async_event ev;
+};
+
+struct sv_context {
+	struct verbs_context vctx; /* ABI: ibv_context is its last member */
+	struct sv_host host;       /* the device as this context saw it when opened */
+	pthread_mutex_t lock;      /* guards the async event queue */
+	struct sv_async_event *async_head, *async_tail;
+	struct sv_mr_table mrs;
+	atomic_int n_pd, n_cq, n_qp, n_srq, n_ah;
+};
+
+struct sv_pd {
+	struct ibv_pd ibv;
+	atomic_int usecnt; /* MRs, QPs, SRQs and AHs that name this PD */
+	uint32_t handle;   /* unique in the process: the PD check of remote access */
+};
+
+struct sv_mr {
+	struct ibv_mr ibv;
+	struct sv_pd *pd;
+	unsigned int access;
+	uint64_t iova;
+	uint32_t index; /* slot in ctx->mrs */
+};
+
+struct sv_comp_channel {
+	struct ibv_comp_channel ibv; /* ibv.refcnt counts the CQs, under lock */
+	pthread_mutex_t lock;        /* guards the queue and ibv.refcnt */
+	struct sv_cq *head, *tail;   /* CQs with undelivered events, in order */
+};
+
+struct sv_cqe {
+	struct ibv_wc wc;
+	uint64_t ts; /* ns, CLOCK_MONOTONIC (hca clock) */
+};
+
+struct sv_cq {
+	struct ibv_cq_ex ibv;     /* ibv_cq is its prefix: cast either way */
+	pthread_spinlock_t lock;  /* guards the ring, cur and the arm state */
+	struct sv_cqe *ring;
+	uint32_t size;            /* slots, a power of two, > cqe */
+	uint32_t cqe;             /* capacity the user asked for (as reported in ibv.cqe) */
+	uint32_t head, tail;      /* free-running producer / consumer */
+	int armed;                /* 0, or IBV_WC_... arm: 1 = any, 2 = solicited only */
+	int overflowed;
+	uint64_t wc_flags;        /* what the extended poll reads (ibv_cq_init_attr_ex) */
+	struct sv_cqe cur;        /* the entry the extended poll is on */
+	struct sv_comp_channel *chan;
+	/* channel bookkeeping, under chan->lock */
+	struct sv_cq *chan_next;
+	uint32_t chan_pending;    /* events raised but not yet returned by get_cq_event */
+	int chan_queued;
+	uint32_t comp_events_reported;  /* under ibv.mutex */
+	uint32_t async_events_reported; /* under ibv.mutex */
+	atomic_int usecnt;        /* QPs using this CQ */
+};
+
+struct sv_srq {
+	struct ibv_srq ibv;
+	struct sv_wq rq;
+	struct sv_pd *pd;
+	struct sv_cq *cq;            /* create_srq_ex may name one (XRC only) */
+	uint32_t srq_limit;          /* 0 = not armed; under rq.lock */
+	uint32_t events_reported;    /* under ibv.mutex */
+	atomic_int usecnt;           /* QPs attached */
+};
+
+struct sv_qp {
+	struct ibv_qp_ex ibv;    /* ibv_qp is at offset 0 */
+	pthread_mutex_t lock;    /* guards state and attr */
+	struct ibv_qp_attr attr; /* what modify_qp set, as query_qp reports it */
+	struct ibv_qp_cap cap;
+	struct sv_wq sq, rq;
+	struct sv_pd *pd;
+	struct sv_cq *scq, *rcq;
+	struct sv_srq *srq;
+	int sq_sig_all;
+	uint64_t send_ops_flags; /* ibv_qp_init_attr_ex: which ibv_wr_* the user enabled */
+	uint32_t events_reported; /* under ibv.qp_base.mutex */
+	/* ibv_wr_* builder state, under sq.lock between wr_start and wr_complete */
+	struct sv_send_wqe *wr_cur;
+	uint32_t wr_pending;
+	int wr_err;
+};
+
+struct sv_ah {
+	struct ibv_ah ibv;
+	struct ibv_ah_attr attr;
+	struct sv_pd *pd;
+};
+
+static inline struct sv_context *to_svctx(struct ibv_context *ctx)
+{
+	return sv_container_of(ctx, struct sv_context, vctx.context);
+}
+static inline struct sv_pd *to_svpd(struct ibv_pd *pd) { return (struct sv_pd *)pd; }
+static inline struct sv_mr *to_svmr(struct ibv_mr *mr) { return (struct sv_mr *)mr; }
+static inline struct sv_cq *to_svcq(struct ibv_cq *cq) { return (struct sv_cq *)cq; }
+static inline struct sv_cq *to_svcq_ex(struct ibv_cq_ex *cq) { return (struct sv_cq *)cq; }
+static inline struct sv_srq *to_svsrq(struct ibv_srq *srq) { return (struct sv_srq *)srq; }
+static inline struct sv_qp *to_svqp(struct ibv_qp *qp) { return (struct sv_qp *)qp; }
+static inline struct sv_qp *to_svqp_ex(struct ibv_qp_ex *qp) { return (struct sv_qp *)qp; }
+static inline struct sv_ah *to_svah(struct ibv_ah *ah) { return (struct sv_ah *)ah; }
+static inline struct sv_comp_channel *to_svchan(struct ibv_comp_channel *ch)
+{
+	return (struct sv_comp_channel *)ch;
+}
+
+/* Queue an async event on the context; the async fd turns readable. */
+void sv_async_raise(struct sv_context *ctx, enum ibv_event_type type, void *object);
+
+#endif

@@ -1,0 +1,28 @@
+/*
+ * Host-unique QP numbers.
+ *
+ * A QPN names a queue pair on its host (IBA: the GID/LID names the port, the QPN the
+ * QP behind it), so two processes must never hand out the same number. A process
+ * claims a block of SV_QPN_BLOCK numbers by binding the abstract unix socket
+ * "softverbs/qpn/<block>": bind() is the atomic claim, the kernel drops the name when
+ * the process dies (nothing stale survives a crash), and the socket is where a peer
+ * on the host finds the QP's owner. Abstract names belong to the network namespace,
+ * as hosts do here.
+ */
+#ifndef SV_QPN_H
+#define SV_QPN_H
+
+#include <stdint.h>
+
+#define SV_QPN_BLOCK_BITS 8
+#define SV_QPN_BLOCK (1u << SV_QPN_BLOCK_BITS)
+#define SV_QPN_BLOCKS (1u << (24 - SV_QPN_BLOCK_BITS))
+
+/* 0 and *qpn, or -ENOMEM / -errno. Never returns 0 or 1 (IBA: QP0 and QP1 are special). */
+int sv_qpn_alloc(uint32_t *qpn);
+void sv_qpn_free(uint32_t qpn);
+
+/* The abstract socket name of the block holding @qpn (for finding its owner). */
+int sv_qpn_sockname(uint32_t qpn, char *buf, int len);
+
+#endif

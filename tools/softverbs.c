@@ -1,0 +1,134 @@
+/*
+ * softverbs: the command-line tool.
+ *
+ *   softverbs run [--] PROGRAM [ARGS...]   run a program on softverbs' libraries
+ *   softverbs info                          the device this host offers
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/sv_device.h"
+
+static const char usage[] =
+	"usage: softverbs COMMAND [ARGS...]\n"
+	"\n"
+	"RDMA verbs in user space: runs unmodified RDMA programs with no RDMA NIC.\n"
+	"\n"
+	"commands:\n"
+	"  run [--] PROGRAM [ARGS...]  run PROGRAM with softverbs' libibverbs.so.1 in\n"
+	"                              place of the system's (sets LD_LIBRARY_PATH only)\n"
+	"  info                        print the device softverbs0 as this host offers it:\n"
+	"                              node GUID, LID, GID table, P_Key table\n"
+	"  help                        this text\n"
+	"  version                     the version\n"
+	"\n"
+	"environment:\n"
+	"  SOFTVERBS_LIBDIR   where run finds the libraries (default: beside this program)\n"
+	"  SOFTVERBS_LOG      error | warn | info | debug (default warn), to stderr\n"
+	"  SOFTVERBS_PKEYS    the P_Key table, e.g. 0xffff,0x8001 (default 0xffff)\n";
+
+static int has_lib(const char *dir)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/libibverbs.so.1", dir);
+	return access(path, R_OK) == 0;
+}
+
+/* The libraries sit in ../lib beside the binary (build tree) or at the install libdir. */
+static int find_libdir(char *out, size_t len)
+{
+	const char *env = getenv("SOFTVERBS_LIBDIR");
+	char exe[PATH_MAX], *slash;
+	ssize_t n;
+
+	if (env) {
+		snprintf(out, len, "%s", env);
+		return has_lib(out) ? 0 : -1;
+	}
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n < 0)
+		return -1;
+	exe[n] = 0;
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return -1;
+	*slash = 0;
+	snprintf(out, len, "%s/../lib", exe);
+	if (has_lib(out))
+		return 0;
+	snprintf(out, len, "%s/%s", exe, SV_INSTALL_REL_LIBDIR);
+	return has_lib(out) ? 0 : -1;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+	char libdir[PATH_MAX], *path;
+	const char *old;
+
+	if (argc > 0 && !strcmp(argv[0], "--")) {
+		argc--;
+		argv++;
+	}
+	if (argc < 1) {
+		fprintf(stderr, "softverbs run: which program?\n%s", usage);
+		return 2;
+	}
+	if (find_libdir(libdir, sizeof(libdir))) {
+		fprintf(stderr, "softverbs run: libibverbs.so.1 not found beside %s "
+				"(set SOFTVERBS_LIBDIR)\n", "the softverbs binary");
+		return 127;
+	}
+	old = getenv("LD_LIBRARY_PATH");
+	if (asprintf(&path, "%s%s%s", libdir, old && *old ? ":" : "", old ? old : "") < 0)
+		return 127;
+	setenv("LD_LIBRARY_PATH", path, 1);
+	free(path);
+	execvp(argv[0], argv);
+	fprintf(stderr, "softverbs run: %s: %s\n", argv[0], strerror(errno));
+	return errno == ENOENT ? 127 : 126;
+}
+
+static int cmd_info(void)
+{
+	struct sv_host host;
+	char buf[INET6_ADDRSTRLEN];
+
+	if (sv_host_probe(&host))
+		fprintf(stderr, "softverbs: SOFTVERBS_PKEYS is malformed; using 0xffff\n");
+	printf("device     %s (port %d, link layer Ethernet, RoCE v2 GIDs)\n", SV_DEV_NAME,
+	       SV_PORT_NUM);
+	printf("node_guid  %016llx\n", (unsigned long long)host.node_guid);
+	printf("lid        0x%04x\n", host.lid);
+	for (int i = 0; i < host.n_gids; i++) {
+		inet_ntop(AF_INET6, host.gids[i].gid.raw, buf, sizeof(buf));
+		printf("gid[%2d]    %s\n", i, buf);
+	}
+	for (int i = 0; i < host.n_pkeys; i++)
+		printf("pkey[%2d]   0x%04x\n", i, host.pkeys[i]);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||
+	    !strcmp(argv[1], "-h")) {
+		fputs(usage, argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	if (!strcmp(argv[1], "run"))
+		return cmd_run(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "info") || !strcmp(argv[1], "devices"))
+		return cmd_info();
+	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+		printf("softverbs %s\n", SV_VERSION);
+		return 0;
+	}
+	fprintf(stderr, "softverbs: unknown command '%s'\n%s", argv[1], usage);
+	return 2;
+}
