@@ -59,10 +59,10 @@ static int find_libdir(char *out, size_t len)
 	if (!slash)
 		return -1;
 	*slash = 0;
-	snprintf(out, len, "%s/../lib", exe);
-	if (has_lib(out))
+	if ((size_t)snprintf(out, len, "%s/../lib", exe) < len && has_lib(out))
 		return 0;
-	snprintf(out, len, "%s/%s", exe, SV_INSTALL_REL_LIBDIR);
+	if ((size_t)snprintf(out, len, "%s/%s", exe, SV_INSTALL_REL_LIBDIR) >= len)
+		return -1;
 	return has_lib(out) ? 0 : -1;
 }
 

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Sets up a Debian 12 machine for softverbs, builds it, and runs the main job.
+#   scripts/setup.sh            install what is missing, build, run the demo
+#   scripts/setup.sh --no-run   install and build only
+# Installing needs root: run as root, or have sudo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Build dependencies and the rdma-core programs the tests run unmodified.
+PACKAGES=(build-essential cmake pkg-config clang libclang-rt-14-dev libcmocka-dev
+          libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest
+          python3 python3-pyverbs iproute2)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)"
+
+if [ "${1:-}" != "--no-run" ]; then
+  # The main job: Debian's unmodified ibv_devinfo, on softverbs.
+  build/bin/softverbs run ibv_devinfo -v
+fi

@@ -1,0 +1,145 @@
+/* The QP transition table (src/core/sv_qp_table.c) entry by entry. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "core/sv_qp_table.h"
+
+static const enum ibv_qp_type types[] = { IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD };
+
+static void test_any_state_to_reset_and_err(void **state)
+{
+	(void)state;
+	for (int t = 0; t < 3; t++) {
+		for (int s = IBV_QPS_RESET; s <= IBV_QPS_ERR; s++) {
+			if (s == IBV_QPS_SQE && types[t] == IBV_QPT_RC)
+				continue;
+			assert_true(sv_qp_transition_ok(types[t], s, IBV_QPS_RESET, IBV_QP_STATE));
+			assert_true(sv_qp_transition_ok(types[t], s, IBV_QPS_ERR, IBV_QP_STATE));
+			/* ... with no attributes beside the state */
+			assert_false(sv_qp_transition_ok(types[t], s, IBV_QPS_RESET,
+							 IBV_QP_STATE | IBV_QP_QKEY));
+		}
+	}
+}
+
+static void test_reset_to_init_requires(void **state)
+{
+	int rc = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+	int ud = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+
+	(void)state;
+	assert_true(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_INIT, rc));
+	assert_true(sv_qp_transition_ok(IBV_QPT_UC, IBV_QPS_RESET, IBV_QPS_INIT, rc));
+	assert_true(sv_qp_transition_ok(IBV_QPT_UD, IBV_QPS_RESET, IBV_QPS_INIT, ud));
+	/* UD has no access flags; RC has no Q_Key */
+	assert_false(sv_qp_transition_ok(IBV_QPT_UD, IBV_QPS_RESET, IBV_QPS_INIT, rc));
+	assert_false(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_INIT, ud));
+	/* each required attribute is required */
+	for (int bit = 1; bit < (1 << 21); bit <<= 1)
+		if ((rc & bit) && bit != IBV_QP_STATE)
+			assert_false(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_INIT,
+							 rc & ~bit));
+}
+
+static void test_init_to_rtr(void **state)
+{
+	int rc = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+		 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	int uc = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+
+	(void)state;
+	assert_true(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_INIT, IBV_QPS_RTR, rc));
+	assert_false(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_INIT, IBV_QPS_RTR, uc));
+	assert_true(sv_qp_transition_ok(IBV_QPT_UC, IBV_QPS_INIT, IBV_QPS_RTR, uc));
+	/* UC has no RDMA READ responder resources to set */
+	assert_false(sv_qp_transition_ok(IBV_QPT_UC, IBV_QPS_INIT, IBV_QPS_RTR, rc));
+	assert_true(sv_qp_transition_ok(IBV_QPT_UD, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QP_STATE));
+	assert_true(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_INIT, IBV_QPS_RTR,
+					rc | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX));
+}
+
+static void test_rtr_to_rts(void **state)
+{
+	int rc = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+		 IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+
+	(void)state;
+	assert_true(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_RTR, IBV_QPS_RTS, rc));
+	assert_false(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_RTR, IBV_QPS_RTS,
+					 IBV_QP_STATE | IBV_QP_SQ_PSN));
+	assert_true(sv_qp_transition_ok(IBV_QPT_UC, IBV_QPS_RTR, IBV_QPS_RTS,
+					IBV_QP_STATE | IBV_QP_SQ_PSN));
+	assert_true(sv_qp_transition_ok(IBV_QPT_UD, IBV_QPS_RTR, IBV_QPS_RTS,
+					IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_QKEY));
+}
+
+static void test_illegal_transitions(void **state)
+{
+	(void)state;
+	for (int t = 0; t < 3; t++) {
+		assert_false(sv_qp_transition_ok(types[t], IBV_QPS_RESET, IBV_QPS_RTR, IBV_QP_STATE));
+		assert_false(sv_qp_transition_ok(types[t], IBV_QPS_RESET, IBV_QPS_RTS, IBV_QP_STATE));
+		assert_false(sv_qp_transition_ok(types[t], IBV_QPS_INIT, IBV_QPS_RTS, IBV_QP_STATE));
+		assert_false(sv_qp_transition_ok(types[t], IBV_QPS_RTR, IBV_QPS_INIT, IBV_QP_STATE));
+		assert_false(sv_qp_transition_ok(types[t], IBV_QPS_RTS, IBV_QPS_RTR, IBV_QP_STATE));
+		assert_false(sv_qp_transition_ok(types[t], IBV_QPS_ERR, IBV_QPS_INIT, IBV_QP_STATE));
+		assert_false(sv_qp_transition_ok(types[t], IBV_QPS_ERR, IBV_QPS_RTS, IBV_QP_STATE));
+		/* out-of-range states */
+		assert_false(sv_qp_transition_ok(types[t], IBV_QPS_RESET, 42, IBV_QP_STATE));
+	}
+	/* RC never sits in SQE */
+	assert_false(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_SQE, IBV_QPS_RTS, IBV_QP_STATE));
+	assert_true(sv_qp_transition_ok(IBV_QPT_UD, IBV_QPS_SQE, IBV_QPS_RTS, IBV_QP_STATE));
+	/* unsupported types have no transitions */
+	assert_false(sv_qp_transition_ok(IBV_QPT_XRC_SEND, IBV_QPS_RESET, IBV_QPS_ERR, IBV_QP_STATE));
+	assert_false(sv_qp_type_supported(IBV_QPT_RAW_PACKET));
+}
+
+static void test_modify_without_state(void **state)
+{
+	(void)state;
+	/* Without IBV_QP_STATE the QP stays where it is: RTS -> RTS attribute change */
+	assert_true(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_RTS, IBV_QPS_RESET,
+					IBV_QP_MIN_RNR_TIMER));
+	assert_false(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_RTS, IBV_QPS_RTS, IBV_QP_SQ_PSN));
+	/* INIT -> INIT may change the port; RESET -> RESET takes nothing */
+	assert_true(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_INIT, IBV_QPS_INIT, IBV_QP_PORT));
+	assert_false(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_RESET, IBV_QP_PORT));
+}
+
+static void test_count_of_legal_pairs(void **state)
+{
+	/* Every one of the 7 states -> RESET and -> ERR (14), plus RESET->INIT,
+	 * INIT->INIT, INIT->RTR, RTR->RTS, RTS->RTS, RTS->SQD, SQD->RTS, SQD->SQD (8):
+	 * 22 for RC. UC and UD also leave SQE for RTS: 23. */
+	int expect[] = { 22, 23, 23 };
+
+	(void)state;
+	for (int t = 0; t < 3; t++) {
+		int n = 0;
+
+		for (int c = 0; c <= IBV_QPS_ERR; c++)
+			for (int x = 0; x <= IBV_QPS_ERR; x++)
+				if (sv_qp_transition_required(types[t], c, x) >= 0)
+					n++;
+		assert_int_equal(n, expect[t]);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_any_state_to_reset_and_err),
+		cmocka_unit_test(test_reset_to_init_requires),
+		cmocka_unit_test(test_init_to_rtr),
+		cmocka_unit_test(test_rtr_to_rts),
+		cmocka_unit_test(test_illegal_transitions),
+		cmocka_unit_test(test_modify_without_state),
+		cmocka_unit_test(test_count_of_legal_pairs),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
