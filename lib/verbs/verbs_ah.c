@@ -1,6 +1,7 @@
 /* Address handles, and building one from a received UD completion. */
 #include <arpa/inet.h>
 #include <endian.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,65 +68,89 @@ static void v4_mapped(union ibv_gid *gid, const void *addr4)
 }
 
 /*
- * The 40 bytes in front of a UD receive: an IPv6-style GRH, or for RoCE v2 over IPv4
- * 20 unused bytes and then the IPv4 header (version nibble 4 at offset 20).
+ * The 40 bytes in front of a UD receive: an IPv6 header (the GRH proper), or, for RoCE
+ * v2 over IPv4, 20 unused bytes and then the IPv4 header. rdma-core reads them this
+ * way too: the IPv6 next header says which GID type the peer used (UDP: RoCE v2,
+ * 0x1b: IB / RoCE v1).
  */
-static void grh_addresses(const struct ibv_grh *grh, union ibv_gid *sgid, union ibv_gid *dgid,
-			  uint32_t *flow_label, uint8_t *tclass)
+struct grh_view {
+	union ibv_gid sgid, dgid;
+	uint32_t flow_label;
+	uint8_t tclass, hop_limit;
+	enum ibv_gid_type type;
+};
+
+static int read_grh(const struct ibv_grh *grh, struct grh_view *v)
 {
 	const unsigned char *raw = (const unsigned char *)grh;
-	uint32_t vtf;
+	uint32_t vtf = be32toh(grh->version_tclass_flow);
 
-	if ((raw[20] >> 4) == 4) {
-		v4_mapped(sgid, raw + 20 + 12);
-		v4_mapped(dgid, raw + 20 + 16);
-		*flow_label = 0;
-		*tclass = raw[21];
-		return;
+	if ((vtf >> 28) == 6) {
+		if (grh->next_hdr == IPPROTO_UDP)
+			v->type = IBV_GID_TYPE_ROCE_V2;
+		else if (grh->next_hdr == 0x1b) /* the IB transport header follows */
+			v->type = IBV_GID_TYPE_ROCE_V1;
+		else
+			return EPROTONOSUPPORT;
+		v->sgid = grh->sgid;
+		v->dgid = grh->dgid;
+		v->flow_label = vtf & 0xfffff;
+		v->tclass = (vtf >> 20) & 0xff;
+		v->hop_limit = grh->hop_limit;
+		return 0;
 	}
-	*sgid = grh->sgid;
-	*dgid = grh->dgid;
-	vtf = be32toh(grh->version_tclass_flow);
-	*flow_label = vtf & 0xfffff;
-	*tclass = (vtf >> 20) & 0xff;
+	if ((raw[20] >> 4) == 4) {
+		v4_mapped(&v->sgid, raw + 20 + 12);
+		v4_mapped(&v->dgid, raw + 20 + 16);
+		v->flow_label = 0;
+		v->tclass = raw[20 + 1];
+		v->hop_limit = raw[20 + 8];
+		v->type = IBV_GID_TYPE_ROCE_V2;
+		return 0;
+	}
+	return EPROTONOSUPPORT;
 }
 
 int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
 			struct ibv_grh *grh, struct ibv_ah_attr *ah_attr)
 {
-	struct sv_context *ctx;
+	struct grh_view v;
+	int index, err;
 
 	if (!context || !wc || !ah_attr || port_num != SV_PORT_NUM ||
 	    ((wc->wc_flags & IBV_WC_GRH) && !grh)) {
 		errno = EINVAL;
 		return -1;
 	}
-	ctx = to_svctx(context);
 	memset(ah_attr, 0, sizeof(*ah_attr));
 	ah_attr->port_num = port_num;
 	ah_attr->sl = wc->sl;
 	ah_attr->dlid = wc->slid;
 	ah_attr->src_path_bits = wc->dlid_path_bits;
-	if (wc->wc_flags & IBV_WC_GRH) {
-		union ibv_gid sgid, dgid;
-		uint32_t flow_label;
-		uint8_t tclass;
-		int index;
+	if (!(wc->wc_flags & IBV_WC_GRH))
+		return 0;
 
-		grh_addresses(grh, &sgid, &dgid, &flow_label, &tclass);
-		/* The reply leaves from the GID the request arrived at. */
-		index = sv_host_find_gid(&ctx->host, &dgid);
-		if (index < 0) {
-			errno = ENOENT;
-			return -1;
-		}
-		ah_attr->is_global = 1;
-		ah_attr->grh.dgid = sgid;
-		ah_attr->grh.sgid_index = (uint8_t)index;
-		ah_attr->grh.flow_label = flow_label;
-		ah_attr->grh.hop_limit = 0xff;
-		ah_attr->grh.traffic_class = tclass;
+	err = read_grh(grh, &v);
+	/* A reply never leaves from a multicast GID. */
+	if (!err && v.dgid.raw[0] == 0xff)
+		err = EINVAL;
+	if (err) {
+		errno = err;
+		return -1;
 	}
+	/* The reply leaves from the GID the request arrived at; every GID here is RoCE v2. */
+	index = v.type == IBV_GID_TYPE_ROCE_V2 ? sv_host_find_gid(&to_svctx(context)->host, &v.dgid)
+					       : -1;
+	if (index < 0) {
+		errno = ENOENT;
+		return -1;
+	}
+	ah_attr->is_global = 1;
+	ah_attr->grh.dgid = v.sgid;
+	ah_attr->grh.sgid_index = (uint8_t)index;
+	ah_attr->grh.flow_label = v.flow_label;
+	ah_attr->grh.hop_limit = v.hop_limit;
+	ah_attr->grh.traffic_class = v.tclass;
 	return 0;
 }
 

@@ -1,7 +1,8 @@
 /* Protection domains and memory regions. */
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "verbs.h"
@@ -52,8 +53,7 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 enum {
 	SV_MR_ACCESS_SUPPORTED = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 				 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-				 IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
-				 IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB,
+				 IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB,
 };
 
 /* 0 or a positive errno, as the kernel checks access flags (ib_check_mr_access). */
@@ -61,6 +61,9 @@ static int check_access(unsigned int access)
 {
 	/* The optional range (relaxed ordering, ...) is a hint a device may ignore. */
 	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
+	/* On-demand paging is not advertised (odp_caps): the kernel says EOPNOTSUPP. */
+	if (access & IBV_ACCESS_ON_DEMAND)
+		return EOPNOTSUPP;
 	if (access & ~(unsigned int)SV_MR_ACCESS_SUPPORTED)
 		return EINVAL;
 	/* IBA 10.6.3.1: remote write or atomic needs local write. */
@@ -71,35 +74,58 @@ static int check_access(unsigned int access)
 }
 
 /*
- * The range must be mapped, as the kernel's pinning would require (EFAULT otherwise).
- * Nothing is pinned: mincore() only asks whether every page exists.
+ * The range must be mapped, and writable if the MR allows writes: the kernel pins the
+ * pages (for writing, then) and fails with EFAULT otherwise. softverbs pins nothing; it
+ * reads the process's mappings instead.
  */
-static int check_mapped(const void *addr, size_t length)
+static int check_mapped(const void *addr, size_t length, bool need_write)
 {
-	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	uintptr_t start = (uintptr_t)addr & ~(page - 1);
-	uintptr_t end = (uintptr_t)addr + length;
-	unsigned char vec[4096];
+	uintptr_t want = (uintptr_t)addr, end = want + length;
+	FILE *maps = fopen("/proc/self/maps", "re");
+	char *line = NULL;
+	size_t cap = 0;
+	int err = EFAULT;
 
-	while (start < end) {
-		size_t chunk = end - start;
+	if (!maps)
+		return errno;
+	while (getline(&line, &cap, maps) > 0) {
+		unsigned long lo, hi;
+		char perms[5];
 
-		if (chunk > sizeof(vec) * page)
-			chunk = sizeof(vec) * page;
-		if (mincore((void *)start, chunk, vec))
-			return errno == ENOMEM ? EFAULT : errno;
-		start += chunk;
+		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3)
+			continue;
+		if (hi <= want)
+			continue;
+		/* The lines are sorted: a gap before the next mapping is a hole. */
+		if (lo > want || perms[0] != 'r' || (need_write && perms[1] != 'w'))
+			break;
+		want = hi;
+		if (want >= end) {
+			err = 0;
+			break;
+		}
 	}
-	return 0;
+	free(line);
+	fclose(maps);
+	return err;
 }
 
-static int check_range(void *addr, size_t length, unsigned int access)
+static bool mr_writable(unsigned int access)
 {
-	if (length == 0 || (uintptr_t)addr + length < (uintptr_t)addr)
+	return access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			 IBV_ACCESS_REMOTE_ATOMIC);
+}
+
+static int check_range(void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	const uint64_t page_mask = (uint64_t)sysconf(_SC_PAGESIZE) - 1;
+
+	if (length == 0 || (uintptr_t)addr + length < (uintptr_t)addr || iova + length < iova)
 		return EINVAL;
-	if (access & IBV_ACCESS_ON_DEMAND)
-		return 0; /* ODP ranges may be mapped later */
-	return check_mapped(addr, length);
+	/* The kernel maps iova onto the pages of addr: their offsets in a page must agree. */
+	if ((iova & page_mask) != ((uintptr_t)addr & page_mask))
+		return EINVAL;
+	return check_mapped(addr, length, mr_writable(access));
 }
 
 static void fill_entry(struct sv_mr_entry *e, struct sv_pd *pd, void *addr, size_t length,
@@ -126,9 +152,7 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *ibpd, void *addr, size_t length, 
 		return sv_fail_null(EINVAL);
 	err = check_access(access);
 	if (!err)
-		err = check_range(addr, length, access);
-	if (!err && iova + length < iova)
-		err = EINVAL;
+		err = check_range(addr, length, iova, access);
 	if (err)
 		return sv_fail_null(err);
 	pd = to_svpd(ibpd);
@@ -202,6 +226,8 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
 		return rereg_fail(EINVAL, IBV_REREG_MR_ERR_INPUT);
 	if ((flags & IBV_REREG_MR_CHANGE_PD) && !ibpd)
 		return rereg_fail(EINVAL, IBV_REREG_MR_ERR_INPUT);
+	if (!(flags & IBV_REREG_MR_CHANGE_ACCESS) && access)
+		return rereg_fail(EINVAL, IBV_REREG_MR_ERR_INPUT);
 	if (!flags)
 		return rereg_fail(EINVAL, IBV_REREG_MR_ERR_CMD);
 
@@ -215,8 +241,8 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
 	new_length = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : ibmr->length;
 	new_iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? (uintptr_t)addr : mr->iova;
 	err = check_access(new_access);
-	if (!err && (flags & IBV_REREG_MR_CHANGE_TRANSLATION))
-		err = check_range(new_addr, new_length, new_access);
+	if (!err)
+		err = check_range(new_addr, new_length, new_iova, new_access);
 	if (err)
 		return rereg_fail(err, IBV_REREG_MR_ERR_CMD);
 

@@ -293,7 +293,8 @@ static void test_query_port_exported_symbol(void **state)
 	assert_int_equal(pa.state, IBV_PORT_ACTIVE);
 	assert_int_equal(pa.active_mtu, IBV_MTU_4096);
 	assert_int_equal(pa.link_layer, IBV_LINK_LAYER_ETHERNET);
-	assert_int_equal((ibv_query_port)(ctx, 2, (struct _compat_ibv_port_attr *)&pa), EINVAL);
+	assert_int_equal((ibv_query_port)(ctx, 2, (struct _compat_ibv_port_attr *)&pa),
+			 EINVAL);
 	assert_int_equal(ibv_close_device(ctx), 0);
 }
 
