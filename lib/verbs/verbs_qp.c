@@ -103,8 +103,8 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 	qp->rcq = to_svcq(attr->recv_cq);
 	qp->srq = attr->srq ? to_svsrq(attr->srq) : NULL;
 	qp->sq_sig_all = attr->sq_sig_all;
-	qp->send_ops_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ?
-				     attr->send_ops_flags : 0;
+	qp->has_qp_ex = !!(attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
+	qp->send_ops_flags = qp->has_qp_ex ? attr->send_ops_flags : 0;
 	qp->attr.qp_state = IBV_QPS_RESET;
 	qp->attr.cap = attr->cap;
 
@@ -168,8 +168,8 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *init_at
 
 struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 {
-	/* Every QP is allocated as an ibv_qp_ex; rdma-core returns it for any QP. */
-	return qp ? &to_svqp(qp)->ibv : NULL;
+	/* As rdma-core: only a QP created with send_ops_flags has the ibv_wr_* interface. */
+	return qp && to_svqp(qp)->has_qp_ex ? &to_svqp(qp)->ibv : NULL;
 }
 
 /* --- modify ----------------------------------------------------------------------------- */

@@ -107,6 +107,7 @@ struct sv_qp {
 	struct sv_cq *scq, *rcq;
 	struct sv_srq *srq;
 	int sq_sig_all;
+	bool has_qp_ex;          /* created with send_ops_flags: ibv_qp_to_qp_ex() answers */
 	uint64_t send_ops_flags; /* ibv_qp_init_attr_ex: which ibv_wr_* the user enabled */
 	uint32_t events_reported; /* under ibv.qp_base.mutex */
 	/* ibv_wr_* builder state, under sq.lock between wr_start and wr_complete */

@@ -39,7 +39,7 @@ enum { NSTATES = IBV_QPS_ERR + 1 };
 #define CUR IBV_QP_CUR_STATE
 #define SQDN IBV_QP_EN_SQD_ASYNC_NOTIFY
 
-/* [cur][next]; any state may go to RESET and to ERR with no attributes. */
+/* [cur][next]; any state may go to RESET, and any but RESET to ERR, with no attributes. */
 static const struct transition table[NSTATES][NSTATES] = {
 	[IBV_QPS_RESET] = {
 		[IBV_QPS_RESET] = { .valid = true },
@@ -129,7 +129,9 @@ static const struct transition *lookup(int t, enum ibv_qp_state cur, enum ibv_qp
 
 	if ((unsigned)cur >= NSTATES || (unsigned)next >= NSTATES)
 		return NULL;
-	if (next == IBV_QPS_RESET || (next == IBV_QPS_ERR && cur != IBV_QPS_ERR))
+	/* IBA 10.3.1: Error is entered from every state but Reset. */
+	if (next == IBV_QPS_RESET ||
+	    (next == IBV_QPS_ERR && cur != IBV_QPS_ERR && cur != IBV_QPS_RESET))
 		return &to_reset_or_err;
 	if (cur == IBV_QPS_SQE && t == T_RC)
 		return NULL;

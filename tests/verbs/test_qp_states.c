@@ -11,6 +11,11 @@
  *
  * SQE is entered only by a send error on UC/UD, never by a modify, so it appears only as
  * a target (always illegal) here.
+ *
+ * RESET -> ERR: the kernel table has no such row, so rxe, mlx5 and every other kernel
+ * provider answer EINVAL (a 2007 mlx4 commit read the IBA text as allowing it; the core
+ * table has refused it ever since ib_modify_qp_is_ok existed in its present form). These
+ * tests follow what rdma-core on Linux shows.
  */
 #include "verbs/sv_test_util.h"
 
