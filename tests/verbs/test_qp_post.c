@@ -256,12 +256,13 @@ static enum ibv_qp_state query_state(struct ibv_qp *qp)
  * Brings the RC QP @sender to RTS so that its sends stay outstanding: its peer is a new RC
  * QP in RTR with no receive posted. @sender is created by the caller (SRQ, caps).
  */
-static void stall_rc(struct env *e, struct ibv_qp *sender)
+static struct ibv_qp *stall_rc(struct env *e, struct ibv_qp *sender)
 {
 	struct ibv_qp *peer = make_qp(e, IBV_QPT_RC, NULL, NULL);
 
 	bring_up(e, peer, sender->qp_num, IBV_QPS_RTR);
 	bring_up(e, sender, peer->qp_num, IBV_QPS_RTS);
+	return peer;
 }
 
 /* ---- posting helpers ---------------------------------------------------------------- */
@@ -701,6 +702,49 @@ static void test_error_flushes_outstanding_work(void **state)
 	send_marker(e, qp, NULL, "send queue after the flush");
 }
 
+/* IBA §10.3.1: moving to RESET empties the work queues without completions; the QP then
+ * connects and works again. */
+static void test_reset_discards_outstanding_work(void **state)
+{
+	struct env *e = *state;
+	struct ibv_qp *qp = make_qp(e, IBV_QPT_RC, NULL, NULL);
+	struct ibv_qp *peer = stall_rc(e, qp);
+	struct ibv_sge s = sge_at(e, 0, 64);
+	uint64_t after = 42;
+
+	for (uint64_t i = 0; i < 3; i++) {
+		assert_int_equal(post_recv1(qp, &s, 10 + i), 0);
+		assert_int_equal(post_send1(qp, &s, 20 + i, IBV_SEND_SIGNALED, NULL), 0);
+	}
+	move_to(qp, IBV_QPS_RESET);
+	assert_int_equal(query_state(qp), IBV_QPS_RESET);
+	bring_up(e, qp, peer->qp_num, IBV_QPS_RTS);
+	assert_int_equal(post_send1(qp, &s, after, IBV_SEND_SIGNALED, NULL), 0);
+	move_to(qp, IBV_QPS_ERR);
+	expect_flushed(e->scq, qp, &after, 1, "the send posted after RESET and reconnect");
+	send_marker(e, qp, NULL, "sends discarded by RESET");
+	recv_marker(e, qp, "receives discarded by RESET");
+}
+
+/* IBA §10.3.1 (rxe: only state < RTS refuses sends): in SQD new sends are accepted and
+ * queued, not processed; they flush on Error like any other. */
+static void test_post_send_in_sqd_is_queued(void **state)
+{
+	struct env *e = *state;
+	struct ibv_qp *qp = make_qp(e, IBV_QPT_RC, NULL, NULL);
+	struct ibv_sge s = sge_at(e, 0, 64);
+	uint64_t id = 5;
+	int rc;
+
+	stall_rc(e, qp);
+	move_to(qp, IBV_QPS_SQD);
+	rc = post_send1(qp, &s, id, IBV_SEND_SIGNALED, NULL);
+	if (rc)
+		fail_msg("ibv_post_send in SQD returned %d, want 0", rc);
+	move_to(qp, IBV_QPS_ERR);
+	expect_flushed(e->scq, qp, &id, 1, "the send posted in SQD");
+}
+
 /* Receives of UC and UD QPs (and of an RC QP still in INIT) flush the same way. */
 static void test_error_flushes_receives_of_every_type(void **state)
 {
@@ -963,6 +1007,8 @@ int main(void)
 		T(test_opcode_not_allowed_for_type),
 		T(test_error_flushes_outstanding_work),
 		T(test_error_flushes_receives_of_every_type),
+		T(test_reset_discards_outstanding_work),
+		T(test_post_send_in_sqd_is_queued),
 		T(test_post_in_error_completes_with_flush),
 		T(test_srq_qp_error_raises_last_wqe_reached),
 		T(test_qp_ex_with_send_ops),
