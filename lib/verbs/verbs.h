@@ -51,9 +51,6 @@ int sv_verbs_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 /* Sets the state that posting reads, under the work queues' locks. */
 void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state);
 
-/* Checks a recv WR against a queue's limits: 0 or -EINVAL. */
-int sv_check_recv_wr(const struct sv_wq *wq, const struct ibv_recv_wr *wr);
-
 /* Waits until the user has acknowledged @reported events counted in @completed. */
 void sv_wait_events_acked(pthread_mutex_t *mutex, pthread_cond_t *cond,
 			  const uint32_t *completed, const uint32_t *reported);

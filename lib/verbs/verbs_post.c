@@ -223,7 +223,8 @@ int sv_verbs_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_s
 
 /* --- post_recv / post_srq_recv --------------------------------------------------------------- */
 
-int sv_check_recv_wr(const struct sv_wq *wq, const struct ibv_recv_wr *wr)
+/* Checks a receive WR against a queue's limits: 0 or a positive errno. */
+static int check_recv_wr(const struct sv_wq *wq, const struct ibv_recv_wr *wr)
 {
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > wq->max_sge)
 		return EINVAL;
@@ -254,7 +255,7 @@ int sv_verbs_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_r
 	if (qp->srq || qp->attr.qp_state == IBV_QPS_RESET)
 		err = EINVAL;
 	for (; wr && !err; wr = err ? wr : wr->next) {
-		err = sv_check_recv_wr(&qp->rq, wr);
+		err = check_recv_wr(&qp->rq, wr);
 		if (!err)
 			write_recv_wqe(&qp->rq, wr);
 	}
@@ -274,7 +275,7 @@ int sv_verbs_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 
 	pthread_spin_lock(&srq->rq.lock);
 	for (; wr && !err; wr = err ? wr : wr->next) {
-		err = sv_check_recv_wr(&srq->rq, wr);
+		err = check_recv_wr(&srq->rq, wr);
 		if (!err)
 			write_recv_wqe(&srq->rq, wr);
 	}

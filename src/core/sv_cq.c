@@ -153,21 +153,26 @@ int sv_cq_resize(struct sv_cq *cq, uint32_t cqe)
 	return 0;
 }
 
+/* Puts @cq at the back of the channel's queue. Caller holds chan->lock. */
+static void chan_enqueue(struct sv_comp_channel *chan, struct sv_cq *cq)
+{
+	cq->chan_queued = 1;
+	cq->chan_next = NULL;
+	if (chan->tail)
+		chan->tail->chan_next = cq;
+	else
+		chan->head = cq;
+	chan->tail = cq;
+}
+
 void sv_chan_notify(struct sv_comp_channel *chan, struct sv_cq *cq)
 {
 	uint64_t one = 1;
 
 	pthread_mutex_lock(&chan->lock);
 	cq->chan_pending++;
-	if (!cq->chan_queued) {
-		cq->chan_queued = 1;
-		cq->chan_next = NULL;
-		if (chan->tail)
-			chan->tail->chan_next = cq;
-		else
-			chan->head = cq;
-		chan->tail = cq;
-	}
+	if (!cq->chan_queued)
+		chan_enqueue(chan, cq);
 	/* eventfd in semaphore mode: one count per event, one read takes one. */
 	if (write(chan->ibv.fd, &one, sizeof(one)) != sizeof(one))
 		abort(); /* only an overflow of 2^64-1 events could fail */
@@ -186,16 +191,9 @@ struct sv_cq *sv_chan_take(struct sv_comp_channel *chan)
 		if (!chan->head)
 			chan->tail = NULL;
 		cq->chan_queued = 0;
-		if (cq->chan_pending) {
-			/* More events of this CQ: it goes to the back, after the others'. */
-			cq->chan_queued = 1;
-			cq->chan_next = NULL;
-			if (chan->tail)
-				chan->tail->chan_next = cq;
-			else
-				chan->head = cq;
-			chan->tail = cq;
-		}
+		/* More events of this CQ: it goes to the back, after the others'. */
+		if (cq->chan_pending)
+			chan_enqueue(chan, cq);
 	}
 	pthread_mutex_unlock(&chan->lock);
 	return cq;
