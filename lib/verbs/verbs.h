@@ -38,18 +38,12 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init
 int sv_verbs_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int sv_verbs_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 void sv_verbs_qp_ex_init(struct sv_qp *qp);
-/* Moves @qp to ERR's effects: flush outstanding WRs. Caller holds qp->lock. */
-void sv_verbs_qp_flush(struct sv_qp *qp);
-/* Drops every outstanding WR and completion of @qp (RESET / destroy). */
-void sv_verbs_qp_drain(struct sv_qp *qp);
 
 struct ibv_srq *sv_verbs_create_srq_ex(struct ibv_context *ctx,
 				       struct ibv_srq_init_attr_ex *attr);
 int sv_verbs_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 			   struct ibv_recv_wr **bad);
 
-/* Sets the state that posting reads, under the work queues' locks. */
-void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state);
 
 /* Waits until the user has acknowledged @reported events counted in @completed. */
 void sv_wait_events_acked(pthread_mutex_t *mutex, pthread_cond_t *cond,

@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/sv_qp_data.h"
 #include "verbs.h"
 
 struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
@@ -69,6 +70,7 @@ static int cqx_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 
 	if (attr && attr->comp_mask)
 		return EINVAL;
+	sv_cq_progress(cq);
 	pthread_spin_lock(&cq->lock);
 	if (cq->tail == cq->head) {
 		pthread_spin_unlock(&cq->lock);
@@ -182,6 +184,7 @@ static struct sv_cq *create_cq(struct ibv_context *context, int cqe, void *cq_co
 	cq->ibv.cqe = cqe;
 	pthread_mutex_init(&cq->ibv.mutex, NULL);
 	pthread_cond_init(&cq->ibv.cond, NULL);
+	pthread_spin_init(&cq->qps_lock, PTHREAD_PROCESS_PRIVATE);
 	cq_ex_set_ops(&cq->ibv);
 	if (channel) {
 		cq->chan = to_svchan(channel);
@@ -247,6 +250,8 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 	}
 	atomic_fetch_sub(&to_svctx(ibcq->context)->n_cq, 1);
 	sv_cq_fini(cq);
+	pthread_spin_destroy(&cq->qps_lock);
+	free(cq->qps);
 	pthread_mutex_destroy(&ibcq->mutex);
 	pthread_cond_destroy(&ibcq->cond);
 	free(cq);
@@ -270,9 +275,13 @@ int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 
 int sv_verbs_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
+	struct sv_cq *cq = to_svcq(ibcq);
+
 	if (n <= 0)
 		return n < 0 ? -EINVAL : 0;
-	return sv_cq_poll(to_svcq(ibcq), n, wc);
+	/* Move the work of the CQ's QPs first: no thread hand-off on the fast path. */
+	sv_cq_progress(cq);
+	return sv_cq_poll(cq, n, wc);
 }
 
 int sv_verbs_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)

@@ -8,90 +8,9 @@
  */
 #include <string.h>
 
+#include "core/sv_engine.h"
+#include "core/sv_qp_data.h"
 #include "verbs.h"
-
-static enum ibv_wc_opcode wc_opcode_of(uint32_t wr_opcode)
-{
-	switch (wr_opcode) {
-	case IBV_WR_RDMA_WRITE:
-	case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
-	case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
-	case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
-	case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
-	case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
-	case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
-	default: return IBV_WC_SEND;
-	}
-}
-
-/* Completes every outstanding send WQE with a flush error. Caller holds sq.lock. */
-static void flush_sq_locked(struct sv_qp *qp)
-{
-	struct sv_wq *wq = &qp->sq;
-
-	for (; wq->tail != wq->head; wq->tail++) {
-		struct sv_send_wqe *wqe = sv_wq_slot(wq, wq->tail);
-		struct ibv_wc wc = {
-			.wr_id = wqe->wr_id,
-			.status = IBV_WC_WR_FLUSH_ERR,
-			.opcode = wc_opcode_of(wqe->opcode),
-			.qp_num = qp->ibv.qp_base.qp_num,
-		};
-
-		/* An error always completes, signaled or not (IBA 10.8.3.3). */
-		sv_cq_push(qp->scq, &wc, false);
-	}
-}
-
-static void flush_rq_locked(struct sv_qp *qp)
-{
-	struct sv_wq *wq = &qp->rq;
-
-	for (; wq->tail != wq->head; wq->tail++) {
-		struct sv_recv_wqe *wqe = sv_wq_slot(wq, wq->tail);
-		struct ibv_wc wc = {
-			.wr_id = wqe->wr_id,
-			.status = IBV_WC_WR_FLUSH_ERR,
-			.opcode = IBV_WC_RECV,
-			.qp_num = qp->ibv.qp_base.qp_num,
-		};
-
-		sv_cq_push(qp->rcq, &wc, false);
-	}
-}
-
-void sv_verbs_qp_flush(struct sv_qp *qp)
-{
-	pthread_spin_lock(&qp->sq.lock);
-	flush_sq_locked(qp);
-	pthread_spin_unlock(&qp->sq.lock);
-	pthread_spin_lock(&qp->rq.lock);
-	flush_rq_locked(qp);
-	pthread_spin_unlock(&qp->rq.lock);
-}
-
-void sv_verbs_qp_drain(struct sv_qp *qp)
-{
-	pthread_spin_lock(&qp->sq.lock);
-	sv_wq_reset(&qp->sq);
-	pthread_spin_unlock(&qp->sq.lock);
-	pthread_spin_lock(&qp->rq.lock);
-	sv_wq_reset(&qp->rq);
-	pthread_spin_unlock(&qp->rq.lock);
-	sv_cq_clean(qp->scq, qp->ibv.qp_base.qp_num);
-	if (qp->rcq != qp->scq)
-		sv_cq_clean(qp->rcq, qp->ibv.qp_base.qp_num);
-}
-
-void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state)
-{
-	pthread_spin_lock(&qp->sq.lock);
-	pthread_spin_lock(&qp->rq.lock);
-	qp->attr.qp_state = state;
-	qp->ibv.qp_base.state = state;
-	pthread_spin_unlock(&qp->rq.lock);
-	pthread_spin_unlock(&qp->sq.lock);
-}
 
 /* --- post_send ---------------------------------------------------------------------------- */
 
@@ -174,6 +93,8 @@ static int write_send_wqe(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	wqe->send_flags = wr->send_flags;
 	wqe->imm_data = wr->imm_data;
 	wqe->inline_len = 0;
+	wqe->state = SV_WQE_POSTED;
+	wqe->byte_len = 0;
 	wqe->num_sge = (uint32_t)wr->num_sge;
 	if (is_atomic(wr->opcode)) {
 		wqe->remote_addr = wr->wr.atomic.remote_addr;
@@ -214,8 +135,11 @@ int sv_verbs_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_s
 	for (; wr && !err; wr = err ? wr : wr->next)
 		err = write_send_wqe(qp, wr);
 	if (sq_flushing(qp->attr.qp_state))
-		flush_sq_locked(qp);
+		sv_qp_flush_sq_locked(qp);
+	else
+		sv_qp_tx_locked(qp);
 	pthread_spin_unlock(&qp->sq.lock);
+	sv_qp_settle(qp);
 	if (err && bad)
 		*bad = wr;
 	return err;
@@ -260,8 +184,9 @@ int sv_verbs_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_r
 			write_recv_wqe(&qp->rq, wr);
 	}
 	if (qp->attr.qp_state == IBV_QPS_ERR)
-		flush_rq_locked(qp);
+		sv_qp_flush_rq_locked(qp);
 	pthread_spin_unlock(&qp->rq.lock);
+	sv_qp_recv_posted(qp);
 	if (err && bad)
 		*bad = wr;
 	return err;
@@ -280,6 +205,9 @@ int sv_verbs_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 			write_recv_wqe(&srq->rq, wr);
 	}
 	pthread_spin_unlock(&srq->rq.lock);
+	/* A QP held a message for want of a receive here: let it go on. */
+	if (atomic_exchange(&srq->rnr_waiting, 0))
+		sv_engine_kick();
 	if (err && bad)
 		*bad = wr;
 	return err;
@@ -315,7 +243,7 @@ static struct sv_send_wqe *wr_open(struct ibv_qp_ex *qpx, uint32_t opcode)
 		return NULL;
 	}
 	wqe = sv_wq_slot(wq, wq->head + qp->wr_pending);
-	memset(wqe, 0, sizeof(*wqe));
+	memset(wqe, 0, sizeof(*wqe)); /* state SV_WQE_POSTED */
 	wqe->wr_id = qpx->wr_id;
 	wqe->opcode = opcode;
 	wqe->send_flags = qpx->wr_flags;
@@ -356,8 +284,11 @@ static int wr_complete(struct ibv_qp_ex *qpx)
 	qp->wr_pending = 0;
 	qp->wr_cur = NULL;
 	if (!err && sq_flushing(qp->attr.qp_state))
-		flush_sq_locked(qp);
+		sv_qp_flush_sq_locked(qp);
+	else if (!err)
+		sv_qp_tx_locked(qp);
 	pthread_spin_unlock(&qp->sq.lock);
+	sv_qp_settle(qp);
 	return err;
 }
 

@@ -3,7 +3,8 @@
 #include <string.h>
 
 #include "core/sv_qp_table.h"
-#include "core/sv_qpn.h"
+#include "core/sv_engine.h"
+#include "core/sv_qp_data.h"
 #include "verbs.h"
 
 enum {
@@ -93,9 +94,6 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 	err = -sv_wq_init_recv(&qp->rq, attr->cap.max_recv_wr, attr->cap.max_recv_sge);
 	if (err)
 		goto err_sq;
-	err = -sv_qpn_alloc(&qpn);
-	if (err)
-		goto err_rq;
 
 	pthread_mutex_init(&qp->lock, NULL);
 	qp->pd = to_svpd(attr->pd);
@@ -110,6 +108,13 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 
 	struct ibv_qp *ib = &qp->ibv.qp_base;
 
+	ib->qp_type = attr->qp_type;
+	err = -sv_qp_data_init(qp);
+	if (err)
+		goto err_rq;
+	err = -sv_engine_add_qp(qp, &qpn);
+	if (err)
+		goto err_data;
 	ib->context = context;
 	ib->qp_context = attr->qp_context;
 	ib->pd = attr->pd;
@@ -119,10 +124,17 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 	ib->handle = qpn;
 	ib->qp_num = qpn;
 	ib->state = IBV_QPS_RESET;
-	ib->qp_type = attr->qp_type;
 	pthread_mutex_init(&ib->mutex, NULL);
 	pthread_cond_init(&ib->cond, NULL);
 	sv_verbs_qp_ex_init(qp);
+	sv_qp_data_publish(qp);
+	if (sv_cq_attach_qp(qp->scq, qp) ||
+	    (qp->rcq != qp->scq && sv_cq_attach_qp(qp->rcq, qp))) {
+		sv_cq_detach_qp(qp->scq, qp);
+		sv_engine_remove_qp(qp);
+		err = ENOMEM;
+		goto err_data;
+	}
 
 	atomic_fetch_add(&qp->pd->usecnt, 1);
 	atomic_fetch_add(&qp->scq->usecnt, 1);
@@ -132,6 +144,8 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 	sv_dbg("qp %u created (type %d)", qpn, attr->qp_type);
 	return ib;
 
+err_data:
+	sv_qp_data_fini(qp);
 err_rq:
 	sv_wq_destroy(&qp->rq);
 err_sq:
@@ -274,33 +288,6 @@ static void apply_attr(struct sv_qp *qp, const struct ibv_qp_attr *attr, int mas
 		a->en_sqd_async_notify = attr->en_sqd_async_notify;
 }
 
-static void enter_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state next)
-{
-	struct sv_context *ctx = to_svctx(qp->ibv.qp_base.context);
-
-	sv_qp_set_state(qp, next);
-	if (next == cur)
-		return;
-	switch (next) {
-	case IBV_QPS_RESET:
-		sv_verbs_qp_drain(qp);
-		break;
-	case IBV_QPS_ERR:
-		sv_verbs_qp_flush(qp);
-		/* IBA 10.3.1: a QP on an SRQ that enters Error reports Last WQE Reached. */
-		if (qp->srq)
-			sv_async_raise(ctx, IBV_EVENT_QP_LAST_WQE_REACHED, &qp->ibv.qp_base);
-		break;
-	case IBV_QPS_SQD:
-		/* Nothing is in flight while the send queue holds no work. */
-		if (qp->attr.en_sqd_async_notify && sv_wq_count(&qp->sq) == 0)
-			sv_async_raise(ctx, IBV_EVENT_SQ_DRAINED, &qp->ibv.qp_base);
-		break;
-	default:
-		break;
-	}
-}
-
 int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 {
 	enum ibv_qp_state cur, next;
@@ -323,7 +310,10 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 		err = check_attr_values(qp, attr, attr_mask);
 	if (!err) {
 		apply_attr(qp, attr, attr_mask);
-		enter_state(qp, cur, next);
+		if (attr_mask & IBV_QP_PKEY_INDEX)
+			atomic_store(&qp->page->pd, qp->pd->handle);
+		sv_qp_set_state(qp, next);
+		sv_qp_data_state(qp, cur, next);
 		sv_dbg("qp %u %s -> %s", ibqp->qp_num, sv_qp_state_name[cur], sv_qp_state_name[next]);
 	} else {
 		sv_dbg("qp %u %s -> %s refused (mask 0x%x)", ibqp->qp_num, sv_qp_state_name[cur],
@@ -379,16 +369,21 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	qp = to_svqp(ibqp);
 	sv_wait_events_acked(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed,
 			     &qp->events_reported);
-	pthread_mutex_lock(&qp->lock);
-	sv_verbs_qp_drain(qp);
-	pthread_mutex_unlock(&qp->lock);
+	/* Nobody polls or progresses the QP any more, then peers learn that it left. */
+	sv_cq_detach_qp(qp->scq, qp);
+	if (qp->rcq != qp->scq)
+		sv_cq_detach_qp(qp->rcq, qp);
+	sv_engine_remove_qp(qp);
+	sv_qp_data_fini(qp);
+	sv_cq_clean(qp->scq, ibqp->qp_num);
+	if (qp->rcq != qp->scq)
+		sv_cq_clean(qp->rcq, ibqp->qp_num);
 	atomic_fetch_sub(&qp->pd->usecnt, 1);
 	atomic_fetch_sub(&qp->scq->usecnt, 1);
 	atomic_fetch_sub(&qp->rcq->usecnt, 1);
 	if (qp->srq)
 		atomic_fetch_sub(&qp->srq->usecnt, 1);
 	atomic_fetch_sub(&to_svctx(ibqp->context)->n_qp, 1);
-	sv_qpn_free(ibqp->qp_num);
 	sv_wq_destroy(&qp->sq);
 	sv_wq_destroy(&qp->rq);
 	pthread_mutex_destroy(&qp->lock);

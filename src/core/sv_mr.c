@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 const char *const sv_access_result_name[] = {
 	[SV_ACCESS_OK] = "ok",
@@ -17,11 +18,24 @@ const char *const sv_access_result_name[] = {
 int sv_mr_table_init(struct sv_mr_table *t)
 {
 	memset(t, 0, sizeof(*t));
-	/* Reserve address space for every slot; pages are touched only as slots fill. */
-	t->slots = mmap(NULL, SV_MR_SLOTS * sizeof(struct sv_mr_entry), PROT_READ | PROT_WRITE,
-			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	/*
+	 * A memfd, so that peers on the host can map the table read-only and check keys
+	 * themselves (one-sided operations). Pages are touched only as slots fill.
+	 */
+	t->fd = memfd_create("softverbs-mr", MFD_CLOEXEC);
+	if (t->fd < 0)
+		return -errno;
+	if (ftruncate(t->fd, (off_t)SV_MR_TABLE_BYTES)) {
+		int err = -errno;
+
+		close(t->fd);
+		return err;
+	}
+	t->slots = mmap(NULL, SV_MR_TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+			t->fd, 0);
 	if (t->slots == MAP_FAILED) {
 		t->slots = NULL;
+		close(t->fd);
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&t->lock, NULL);
@@ -33,7 +47,8 @@ void sv_mr_table_destroy(struct sv_mr_table *t)
 {
 	if (!t->slots)
 		return;
-	munmap(t->slots, SV_MR_SLOTS * sizeof(struct sv_mr_entry));
+	munmap(t->slots, SV_MR_TABLE_BYTES);
+	close(t->fd);
 	pthread_mutex_destroy(&t->lock);
 	t->slots = NULL;
 }
@@ -113,10 +128,10 @@ void sv_mr_table_remove(struct sv_mr_table *t, uint32_t index)
 	pthread_mutex_unlock(&t->lock);
 }
 
-enum sv_access_result sv_mr_check(const struct sv_mr_table *t, uint32_t key, uint32_t pd,
+enum sv_access_result sv_mr_check(const struct sv_mr_entry *slots, uint32_t key, uint32_t pd,
 				  uint32_t need, uint64_t addr, uint64_t len, uint64_t *vaddr)
 {
-	const struct sv_mr_entry *e = &t->slots[key & (SV_MR_SLOTS - 1)];
+	const struct sv_mr_entry *e = &slots[key & (SV_MR_SLOTS - 1)];
 	uint64_t off;
 
 	struct sv_mr_entry c;

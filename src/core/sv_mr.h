@@ -28,6 +28,7 @@ struct sv_mr_entry {
 
 struct sv_mr_table {
 	pthread_mutex_t lock; /* guards allocation; lookups read entries */
+	int fd;               /* memfd behind slots: peers map it read-only to check keys */
 	struct sv_mr_entry *slots;
 	uint32_t n_used;
 	uint32_t next_free_hint;
@@ -42,6 +43,7 @@ enum sv_access_result {
 };
 
 int sv_mr_table_init(struct sv_mr_table *t);
+#define SV_MR_TABLE_BYTES ((size_t)SV_MR_SLOTS * sizeof(struct sv_mr_entry))
 void sv_mr_table_destroy(struct sv_mr_table *t);
 
 /* Allocates a slot and a fresh key. Returns 0 and *index, *key, or -ENOMEM. */
@@ -57,7 +59,7 @@ void sv_mr_table_remove(struct sv_mr_table *t, uint32_t index);
  * QP of PD @pd. On success *vaddr is where addr lives in the owner's address space.
  * need == 0 is a local read, which every MR allows.
  */
-enum sv_access_result sv_mr_check(const struct sv_mr_table *t, uint32_t key, uint32_t pd,
+enum sv_access_result sv_mr_check(const struct sv_mr_entry *slots, uint32_t key, uint32_t pd,
 				  uint32_t need, uint64_t addr, uint64_t len, uint64_t *vaddr);
 
 extern const char *const sv_access_result_name[];

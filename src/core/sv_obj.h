@@ -23,6 +23,7 @@
 #include "core/sv_device.h"
 #include "core/sv_mr.h"
 #include "core/sv_wq.h"
+#include "wire/shm/shm_msg.h"
 
 #define sv_container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -85,6 +86,9 @@ struct sv_cq {
 	uint32_t comp_events_reported;  /* under ibv.mutex */
 	uint32_t async_events_reported; /* under ibv.mutex */
 	atomic_int usecnt;        /* QPs using this CQ */
+	pthread_spinlock_t qps_lock; /* guards qps: the QPs whose work poll_cq moves */
+	struct sv_qp **qps;
+	int n_qps, cap_qps;
 };
 
 struct sv_srq {
@@ -95,6 +99,7 @@ struct sv_srq {
 	uint32_t srq_limit;          /* 0 = not armed; under rq.lock */
 	uint32_t events_reported;    /* under ibv.mutex */
 	atomic_int usecnt;           /* QPs attached */
+	atomic_int rnr_waiting;      /* a QP holds a message until a receive is posted */
 };
 
 struct sv_qp {
@@ -114,6 +119,30 @@ struct sv_qp {
 	struct sv_send_wqe *wr_cur;
 	uint32_t wr_pending;
 	int wr_err;
+
+	/* --- the data path (src/core/sv_qp_data.c) --- */
+	atomic_int eng_ref;           /* pinned by a poller or the progress thread */
+	int seg_fd;                   /* memfd: our page for peers, then our inbound fifo */
+	void *seg;
+	size_t seg_len;
+	struct shm_qp_page *page;
+	struct shm_fifo *rx;
+	atomic_flag rx_busy;          /* one consumer of rx at a time */
+	/* requester, under sq.lock (peer also under rx_busy) */
+	struct sv_peer *peer;         /* RC/UC: the connected QP */
+	bool connect_pending;         /* in RTR or later, but the peer was not found yet */
+	struct sv_ud_dests *ud_dests; /* UD: destinations met so far */
+	uint32_t sq_next;             /* next WQE to transmit, between sq.tail and sq.head */
+	uint32_t next_msn;
+	uint32_t rd_atomic_out;       /* atomics waiting for their answer */
+	bool tx_blocked;              /* the peer's fifo was full: try again later */
+	uint32_t rnr_msn;             /* the send an RNR NAK holds up */
+	uint64_t rnr_deadline;        /* ns; when its RNR retries run out (0: none) */
+	_Atomic int err_event;        /* -1, or the async event of an error to enter */
+	/* responder, under rx_busy */
+	uint32_t ack_due, ack_sent;   /* the last msn handled / acknowledged */
+	bool rnr_held;                /* the message at the head waits for a receive */
+	uint32_t rnr_told;            /* msn whose RNR NAK was sent */
 };
 
 struct sv_ah {

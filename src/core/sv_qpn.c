@@ -15,6 +15,7 @@ struct qpn_block {
 	int fd;
 	uint32_t n_used;
 	uint64_t used[SV_QPN_BLOCK / 64];
+	void *owner[SV_QPN_BLOCK];
 };
 
 static pthread_mutex_t qpn_lock = PTHREAD_MUTEX_INITIALIZER; /* guards everything below */
@@ -37,7 +38,8 @@ static int claim_block(uint32_t block)
 		return -errno;
 	/* Abstract namespace: sun_path starts with a NUL byte. */
 	n = sv_qpn_sockname(block << SV_QPN_BLOCK_BITS, sa.sun_path + 1, sizeof(sa.sun_path) - 1);
-	if (bind(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n))) {
+	if (bind(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) ||
+	    listen(fd, 64)) {
 		int err = -errno;
 
 		close(fd);
@@ -84,23 +86,28 @@ static struct qpn_block *new_block(void)
 	return NULL;
 }
 
-int sv_qpn_alloc(uint32_t *qpn)
+int sv_qpn_alloc(uint32_t *qpn, void *owner, int *new_listen_fd)
 {
 	struct qpn_block *b = NULL;
 	int ret = -ENOMEM;
 
+	*new_listen_fd = -1;
 	pthread_mutex_lock(&qpn_lock);
 	forget_inherited();
 	for (int i = 0; i < n_blocks && !b; i++)
 		if (blocks[i].n_used < SV_QPN_BLOCK)
 			b = &blocks[i];
-	if (!b)
+	if (!b) {
 		b = new_block();
+		if (b)
+			*new_listen_fd = b->fd;
+	}
 	if (b) {
 		for (uint32_t i = 0; i < SV_QPN_BLOCK; i++) {
 			if (b->used[i / 64] & (1ull << (i % 64)))
 				continue;
 			b->used[i / 64] |= 1ull << (i % 64);
+			b->owner[i] = owner;
 			b->n_used++;
 			*qpn = (b->block << SV_QPN_BLOCK_BITS) | i;
 			ret = 0;
@@ -122,10 +129,25 @@ void sv_qpn_free(uint32_t qpn)
 				continue;
 			if (blocks[n].used[i / 64] & (1ull << (i % 64))) {
 				blocks[n].used[i / 64] &= ~(1ull << (i % 64));
+				blocks[n].owner[i] = NULL;
 				blocks[n].n_used--;
 			}
 			break;
 		}
 	}
 	pthread_mutex_unlock(&qpn_lock);
+}
+
+void *sv_qpn_owner(uint32_t qpn)
+{
+	uint32_t block = qpn >> SV_QPN_BLOCK_BITS, i = qpn & (SV_QPN_BLOCK - 1);
+	void *owner = NULL;
+
+	pthread_mutex_lock(&qpn_lock);
+	if (owner_pid == getpid())
+		for (int n = 0; n < n_blocks && !owner; n++)
+			if (blocks[n].block == block)
+				owner = blocks[n].owner[i];
+	pthread_mutex_unlock(&qpn_lock);
+	return owner;
 }

@@ -18,9 +18,16 @@
 #define SV_QPN_BLOCK (1u << SV_QPN_BLOCK_BITS)
 #define SV_QPN_BLOCKS (1u << (24 - SV_QPN_BLOCK_BITS))
 
-/* 0 and *qpn, or -ENOMEM / -errno. Never returns 0 or 1 (IBA: QP0 and QP1 are special). */
-int sv_qpn_alloc(uint32_t *qpn);
+/*
+ * 0 and *qpn, or -ENOMEM / -errno. Never returns 0 or 1 (IBA: QP0 and QP1 are special).
+ * @owner is what sv_qpn_owner() answers for the number. When a new block was claimed,
+ * *new_listen_fd is its socket (listening, non-blocking) for the engine to watch; else -1.
+ */
+int sv_qpn_alloc(uint32_t *qpn, void *owner, int *new_listen_fd);
 void sv_qpn_free(uint32_t qpn);
+
+/* The owner given at allocation, or NULL. The caller keeps the owner alive (engine lock). */
+void *sv_qpn_owner(uint32_t qpn);
 
 /* The abstract socket name of the block holding @qpn (for finding its owner). */
 int sv_qpn_sockname(uint32_t qpn, char *buf, int len);

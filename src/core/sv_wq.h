@@ -35,7 +35,19 @@ struct sv_send_wqe {
 	uint32_t imm_data;   /* network order; the rkey to invalidate for SEND_WITH_INV */
 	uint32_t inline_len; /* bytes of inline data after the SGE array, if IBV_SEND_INLINE */
 	struct sv_ud_dest ud;
+	/* requester state (src/core/sv_qp_data.c) */
+	uint32_t msn;        /* the message that carries it, when it waits for the responder */
+	uint32_t byte_len;   /* for the completion: READ and atomics */
+	uint8_t state;       /* enum sv_wqe_state */
+	uint8_t status;      /* enum ibv_wc_status once done */
+	uint16_t pad;
 	struct ibv_sge sge[];
+};
+
+enum sv_wqe_state {
+	SV_WQE_POSTED,   /* not transmitted yet */
+	SV_WQE_WAIT,     /* transmitted; the responder's answer completes it */
+	SV_WQE_DONE,     /* complete (status says how); waits for its turn to report */
 };
 
 struct sv_recv_wqe {

@@ -46,14 +46,14 @@ static void test_stale_key_misses(void **state)
 	(void)state;
 	assert_int_equal(sv_mr_table_init(&t), 0);
 	assert_int_equal(sv_mr_table_add(&t, &e, &idx, &key), 0);
-	assert_int_equal(sv_mr_check(&t, key, 1, IBV_ACCESS_REMOTE_READ, 0x1000, 8, &va), SV_ACCESS_OK);
+	assert_int_equal(sv_mr_check(t.slots, key, 1, IBV_ACCESS_REMOTE_READ, 0x1000, 8, &va), SV_ACCESS_OK);
 	sv_mr_table_remove(&t, idx);
-	assert_int_equal(sv_mr_check(&t, key, 1, 0, 0x1000, 8, &va), SV_ACCESS_BAD_KEY);
+	assert_int_equal(sv_mr_check(t.slots, key, 1, 0, 0x1000, 8, &va), SV_ACCESS_BAD_KEY);
 	/* The slot is reused with a new tag: the old key still misses. */
 	assert_int_equal(sv_mr_table_add(&t, &e, &idx, &key2), 0);
 	if (key2 != key)
-		assert_int_equal(sv_mr_check(&t, key, 1, 0, 0x1000, 8, &va), SV_ACCESS_BAD_KEY);
-	assert_int_equal(sv_mr_check(&t, 0, 1, 0, 0x1000, 8, &va), SV_ACCESS_BAD_KEY);
+		assert_int_equal(sv_mr_check(t.slots, key, 1, 0, 0x1000, 8, &va), SV_ACCESS_BAD_KEY);
+	assert_int_equal(sv_mr_check(t.slots, 0, 1, 0, 0x1000, 8, &va), SV_ACCESS_BAD_KEY);
 	sv_mr_table_destroy(&t);
 }
 
@@ -68,22 +68,22 @@ static void test_check_pd_rights_bounds(void **state)
 	(void)state;
 	assert_int_equal(sv_mr_table_init(&t), 0);
 	assert_int_equal(sv_mr_table_add(&t, &e, &idx, &key), 0);
-	assert_int_equal(sv_mr_check(&t, key, 8, 0, 0x1000, 1, &va), SV_ACCESS_BAD_PD);
-	assert_int_equal(sv_mr_check(&t, key, 7, IBV_ACCESS_REMOTE_READ, 0x1000, 1, &va),
+	assert_int_equal(sv_mr_check(t.slots, key, 8, 0, 0x1000, 1, &va), SV_ACCESS_BAD_PD);
+	assert_int_equal(sv_mr_check(t.slots, key, 7, IBV_ACCESS_REMOTE_READ, 0x1000, 1, &va),
 			 SV_ACCESS_NO_RIGHT);
-	assert_int_equal(sv_mr_check(&t, key, 7, IBV_ACCESS_REMOTE_WRITE, 0x1000, 4096, &va),
+	assert_int_equal(sv_mr_check(t.slots, key, 7, IBV_ACCESS_REMOTE_WRITE, 0x1000, 4096, &va),
 			 SV_ACCESS_OK);
 	assert_int_equal(va, 0x10000);
-	assert_int_equal(sv_mr_check(&t, key, 7, 0, 0x1ffc, 4, &va), SV_ACCESS_OK);
+	assert_int_equal(sv_mr_check(t.slots, key, 7, 0, 0x1ffc, 4, &va), SV_ACCESS_OK);
 	assert_int_equal(va, 0x10000 + 0xffc);
 	/* one byte past the end, before the start, and lengths that wrap */
-	assert_int_equal(sv_mr_check(&t, key, 7, 0, 0x1ffc, 5, &va), SV_ACCESS_OUT_OF_RANGE);
-	assert_int_equal(sv_mr_check(&t, key, 7, 0, 0xfff, 1, &va), SV_ACCESS_OUT_OF_RANGE);
-	assert_int_equal(sv_mr_check(&t, key, 7, 0, 0x1001, UINT64_MAX, &va),
+	assert_int_equal(sv_mr_check(t.slots, key, 7, 0, 0x1ffc, 5, &va), SV_ACCESS_OUT_OF_RANGE);
+	assert_int_equal(sv_mr_check(t.slots, key, 7, 0, 0xfff, 1, &va), SV_ACCESS_OUT_OF_RANGE);
+	assert_int_equal(sv_mr_check(t.slots, key, 7, 0, 0x1001, UINT64_MAX, &va),
 			 SV_ACCESS_OUT_OF_RANGE);
-	assert_int_equal(sv_mr_check(&t, key, 7, 0, UINT64_MAX, 2, &va), SV_ACCESS_OUT_OF_RANGE);
+	assert_int_equal(sv_mr_check(t.slots, key, 7, 0, UINT64_MAX, 2, &va), SV_ACCESS_OUT_OF_RANGE);
 	/* a key whose index is right but whose tag is not */
-	assert_int_equal(sv_mr_check(&t, key ^ (1u << 31), 7, 0, 0x1000, 1, &va),
+	assert_int_equal(sv_mr_check(t.slots, key ^ (1u << 31), 7, 0, 0x1000, 1, &va),
 			 SV_ACCESS_BAD_KEY);
 	sv_mr_table_destroy(&t);
 }

@@ -24,13 +24,14 @@ static int cmp_u32(const void *a, const void *b)
 static void test_unique_across_processes(void **state)
 {
 	uint32_t mine[N], all[2 * N];
+	int lfd;
 	int fds[2];
 	pid_t pid;
 	int status;
 
 	(void)state;
 	for (int i = 0; i < N; i++) {
-		assert_int_equal(sv_qpn_alloc(&mine[i]), 0);
+		assert_int_equal(sv_qpn_alloc(&mine[i], &mine[i], &lfd), 0);
 		assert_true(mine[i] > 1 && mine[i] <= 0xffffff);
 	}
 	assert_int_equal(pipe(fds), 0);
@@ -41,7 +42,7 @@ static void test_unique_across_processes(void **state)
 		uint32_t q[N];
 
 		for (int i = 0; i < N; i++)
-			if (sv_qpn_alloc(&q[i]))
+			if (sv_qpn_alloc(&q[i], NULL, &lfd))
 				_exit(1);
 		_exit(write(fds[1], q, sizeof(q)) == sizeof(q) ? 0 : 1);
 	}
@@ -62,11 +63,14 @@ static void test_unique_across_processes(void **state)
 static void test_freed_numbers_come_back(void **state)
 {
 	uint32_t a, b;
+	int lfd;
 
 	(void)state;
-	assert_int_equal(sv_qpn_alloc(&a), 0);
+	assert_int_equal(sv_qpn_alloc(&a, &a, &lfd), 0);
+	assert_ptr_equal(sv_qpn_owner(a), &a);
 	sv_qpn_free(a);
-	assert_int_equal(sv_qpn_alloc(&b), 0);
+	assert_null(sv_qpn_owner(a));
+	assert_int_equal(sv_qpn_alloc(&b, NULL, &lfd), 0);
 	assert_int_equal(a, b);
 	sv_qpn_free(b);
 }

@@ -19,18 +19,9 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define WAIT_MS 5000
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
 
 /* 1 if @fd turns readable within @timeout_ms, else 0. */
 static int readable_within(int fd, int timeout_ms)
@@ -50,14 +41,15 @@ static int max_cqe(struct ibv_context *ctx)
 	return a.max_cqe;
 }
 
-/* The things a flush needs: a QP on the given CQs and a buffer for the receives. */
+/* The things a flush needs: an RC QP in INIT on the given CQs and a buffer for the
+ * receives. */
 struct flusher {
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
 	char buf[256];
 };
 
-static void flusher_init(struct flusher *f, struct ibv_pd *pd, struct ibv_cq *scq,
+static void flusher_init(struct flusher *f, struct tu_res *res, struct ibv_cq *scq,
 			 struct ibv_cq *rcq)
 {
 	struct ibv_qp_init_attr ia = {
@@ -67,19 +59,14 @@ static void flusher_init(struct flusher *f, struct ibv_pd *pd, struct ibv_cq *sc
 			 .max_recv_sge = 1 },
 		.qp_type = IBV_QPT_RC,
 	};
-	struct ibv_qp_attr attr = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE,
-	};
+	struct tu_conn c;
 
-	f->mr = ibv_reg_mr(pd, f->buf, sizeof(f->buf), IBV_ACCESS_LOCAL_WRITE);
+	f->mr = ibv_reg_mr(res->pd, f->buf, sizeof(f->buf), IBV_ACCESS_LOCAL_WRITE);
 	assert_non_null(f->mr);
-	f->qp = ibv_create_qp(pd, &ia);
+	f->qp = ibv_create_qp(res->pd, &ia);
 	assert_non_null(f->qp);
-	assert_int_equal(ibv_modify_qp(f->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-				       IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+	tu_conn_init(&c, res, 0);
+	assert_int_equal(tu_qp_to_init(f->qp, &c), 0);
 }
 
 /* Posts @n receives with wr_ids first, first + 1, … (allowed from INIT on). */
@@ -209,7 +196,7 @@ static void test_resize_cq_keeps_queued_completions(void **state)
 	struct ibv_wc wc[4];
 
 	assert_non_null(cq);
-	flusher_init(&f, res->pd, cq, cq);
+	flusher_init(&f, res, cq, cq);
 	flusher_post(&f, 100, 3);
 	flusher_flush(&f);
 	assert_int_equal(tu_poll(cq, 1, wc, WAIT_MS), 1);
@@ -345,7 +332,7 @@ static void test_flushed_recv_raises_cq_event(void **state)
 	assert_non_null(ch);
 	cq = ibv_create_cq(res->ctx, 16, &marker, ch, 0);
 	assert_non_null(cq);
-	flusher_init(&f, res->pd, cq, cq);
+	flusher_init(&f, res, cq, cq);
 	flusher_post(&f, 0x1234, 1);
 	assert_int_equal(ibv_req_notify_cq(cq, 0), 0);
 	flusher_flush(&f);
@@ -377,7 +364,7 @@ static void test_unarmed_cq_raises_no_event(void **state)
 	assert_non_null(ch);
 	cq = ibv_create_cq(res->ctx, 16, NULL, ch, 0);
 	assert_non_null(cq);
-	flusher_init(&f, res->pd, cq, cq);
+	flusher_init(&f, res, cq, cq);
 	flusher_post(&f, 7, 1);
 	flusher_flush(&f);
 	assert_int_equal(tu_poll(cq, 1, &wc, WAIT_MS), 1);
@@ -405,7 +392,7 @@ static void test_solicited_arm_fires_for_error_completion(void **state)
 	assert_non_null(ch);
 	cq = ibv_create_cq(res->ctx, 16, NULL, ch, 0);
 	assert_non_null(cq);
-	flusher_init(&f, res->pd, cq, cq);
+	flusher_init(&f, res, cq, cq);
 	flusher_post(&f, 9, 1);
 	assert_int_equal(ibv_req_notify_cq(cq, 1), 0);
 	flusher_flush(&f);
@@ -436,12 +423,12 @@ static struct ibv_cq_ex *create_cq_ex(struct ibv_context *ctx, uint64_t wc_flags
 static int start_poll_within(struct ibv_cq_ex *cq, int timeout_ms)
 {
 	struct ibv_poll_cq_attr attr = { .comp_mask = 0 };
-	long long end = now_ms() + timeout_ms;
+	long long end = tu_now_ms() + timeout_ms;
 	int r;
 
 	do {
 		r = ibv_start_poll(cq, &attr);
-	} while (r == ENOENT && now_ms() <= end);
+	} while (r == ENOENT && tu_now_ms() <= end);
 	return r;
 }
 
@@ -471,7 +458,7 @@ static void test_cq_ex_reads_flushed_completions(void **state)
 	assert_non_null(cq);
 	assert_true(ibv_cq_ex_to_cq(cq)->cqe >= 16);
 	assert_ptr_equal(ibv_cq_ex_to_cq(cq)->context, res->ctx);
-	flusher_init(&f, res->pd, ibv_cq_ex_to_cq(cq), ibv_cq_ex_to_cq(cq));
+	flusher_init(&f, res, ibv_cq_ex_to_cq(cq), ibv_cq_ex_to_cq(cq));
 	flusher_post(&f, 0xabc0, 2);
 	flusher_flush(&f);
 
@@ -484,12 +471,12 @@ static void test_cq_ex_reads_flushed_completions(void **state)
 
 	/* The second flush may still be on its way: next_poll until it is there. */
 	{
-		long long end = now_ms() + WAIT_MS;
+		long long end = tu_now_ms() + WAIT_MS;
 		int r;
 
 		do {
 			r = ibv_next_poll(cq);
-		} while (r == ENOENT && now_ms() <= end);
+		} while (r == ENOENT && tu_now_ms() <= end);
 		assert_int_equal(r, 0);
 	}
 	assert_int_equal(cq->wr_id, 0xabc1);
@@ -517,7 +504,7 @@ static void test_cq_ex_works_with_ibv_poll_cq(void **state)
 
 	assert_non_null(cqx);
 	cq = ibv_cq_ex_to_cq(cqx);
-	flusher_init(&f, res->pd, cq, cq);
+	flusher_init(&f, res, cq, cq);
 	flusher_post(&f, 55, 1);
 	flusher_flush(&f);
 	assert_int_equal(tu_poll(cq, 1, &wc, WAIT_MS), 1);

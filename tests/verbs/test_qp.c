@@ -14,84 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-#define MAX_QPS 64
-
-struct env {
-	struct tu_res *res;
-	struct ibv_device_attr dev;
-	struct ibv_port_attr port;
-	union ibv_gid gid;
-	struct ibv_qp *qps[MAX_QPS];
-	int nqps;
-};
-
 static const enum ibv_qp_type all_types[] = { IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD };
 
-static const char *type_name(enum ibv_qp_type type)
-{
-	return type == IBV_QPT_RC ? "RC" : type == IBV_QPT_UC ? "UC" : "UD";
-}
-
-static int env_setup(void **state)
-{
-	struct env *e = calloc(1, sizeof(*e));
-	void *res = NULL;
-
-	if (!e || tu_setup(&res))
-		return -1;
-	e->res = res;
-	if (ibv_query_device(e->res->ctx, &e->dev) || ibv_query_port(e->res->ctx, 1, &e->port) ||
-	    ibv_query_gid(e->res->ctx, 1, 0, &e->gid))
-		return -1;
-	*state = e;
-	return 0;
-}
-
-static int env_teardown(void **state)
-{
-	struct env *e = *state;
-	void *res;
-	int rc = 0;
-
-	if (!e)
-		return 0;
-	for (int i = e->nqps - 1; i >= 0; i--)
-		if (ibv_destroy_qp(e->qps[i]))
-			rc = -1;
-	res = e->res;
-	if (tu_teardown(&res))
-		rc = -1;
-	free(e);
-	*state = NULL;
-	return rc;
-}
-
-/* Tracks @qp so that teardown destroys it if the test stops early. */
-static struct ibv_qp *keep(struct env *e, struct ibv_qp *qp)
-{
-	assert_non_null(qp);
-	assert_true(e->nqps < MAX_QPS);
-	e->qps[e->nqps++] = qp;
-	return qp;
-}
-
-static void destroy(struct env *e, struct ibv_qp *qp)
-{
-	for (int i = 0; i < e->nqps; i++)
-		if (e->qps[i] == qp) {
-			e->qps[i] = e->qps[--e->nqps];
-			break;
-		}
-	assert_int_equal(ibv_destroy_qp(qp), 0);
-}
-
-static struct ibv_qp_init_attr init_attr(struct env *e, enum ibv_qp_type type)
+static struct ibv_qp_init_attr init_attr(struct tu_res *res, enum ibv_qp_type type)
 {
 	struct ibv_qp_init_attr ia = {
-		.qp_context = e,
-		.send_cq = e->res->cq,
-		.recv_cq = e->res->cq,
+		.qp_context = res,
+		.send_cq = res->cq,
+		.recv_cq = res->cq,
 		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1,
 			 .max_recv_sge = 1, .max_inline_data = 32 },
 		.qp_type = type,
@@ -109,22 +39,31 @@ static void assert_cap_at_least(const struct ibv_qp_cap *got, const struct ibv_q
 	assert_true(got->max_inline_data >= asked->max_inline_data);
 }
 
+static void assert_cap_equal(const struct ibv_qp_cap *got, const struct ibv_qp_cap *want)
+{
+	assert_int_equal(got->max_send_wr, want->max_send_wr);
+	assert_int_equal(got->max_recv_wr, want->max_recv_wr);
+	assert_int_equal(got->max_send_sge, want->max_send_sge);
+	assert_int_equal(got->max_recv_sge, want->max_recv_sge);
+	assert_int_equal(got->max_inline_data, want->max_inline_data);
+}
+
 /* ---- create ------------------------------------------------------------------------- */
 
 /* A new QP of each type: non-zero distinct 24-bit number, RESET, type and objects echoed,
  * capacities at least those asked for, and ibv_query_qp agrees. */
 static void test_create_reports_new_reset_qp(void **state)
 {
-	struct env *e = *state;
+	struct tu_res *res = *state;
 	uint32_t nums[12];
 	int n = 0;
 
 	for (int round = 0; round < 4; round++) {
 		for (size_t k = 0; k < ARRAY_LEN(all_types); k++) {
-			struct ibv_qp_init_attr ia = init_attr(e, all_types[k]), qia;
+			struct ibv_qp_init_attr ia = init_attr(res, all_types[k]), qia;
 			struct ibv_qp_cap asked = ia.cap;
 			struct ibv_qp_attr qa;
-			struct ibv_qp *qp = keep(e, ibv_create_qp(e->res->pd, &ia));
+			struct ibv_qp *qp = tu_keep_qp(res, ibv_create_qp(res->pd, &ia));
 
 			assert_true(qp->qp_num != 0);
 			assert_true(qp->qp_num != 1); /* QP1 is the GSI QP */
@@ -135,12 +74,12 @@ static void test_create_reports_new_reset_qp(void **state)
 
 			assert_int_equal(qp->state, IBV_QPS_RESET);
 			assert_int_equal(qp->qp_type, all_types[k]);
-			assert_ptr_equal(qp->context, e->res->ctx);
-			assert_ptr_equal(qp->pd, e->res->pd);
-			assert_ptr_equal(qp->send_cq, e->res->cq);
-			assert_ptr_equal(qp->recv_cq, e->res->cq);
+			assert_ptr_equal(qp->context, res->ctx);
+			assert_ptr_equal(qp->pd, res->pd);
+			assert_ptr_equal(qp->send_cq, res->cq);
+			assert_ptr_equal(qp->recv_cq, res->cq);
 			assert_null(qp->srq);
-			assert_ptr_equal(qp->qp_context, e);
+			assert_ptr_equal(qp->qp_context, res);
 			assert_cap_at_least(&ia.cap, &asked);
 
 			memset(&qa, 0, sizeof(qa));
@@ -148,14 +87,10 @@ static void test_create_reports_new_reset_qp(void **state)
 			assert_int_equal(ibv_query_qp(qp, &qa, IBV_QP_STATE | IBV_QP_CAP, &qia), 0);
 			assert_int_equal(qa.qp_state, IBV_QPS_RESET);
 			assert_int_equal(qia.qp_type, all_types[k]);
-			assert_ptr_equal(qia.send_cq, e->res->cq);
-			assert_ptr_equal(qia.recv_cq, e->res->cq);
+			assert_ptr_equal(qia.send_cq, res->cq);
+			assert_ptr_equal(qia.recv_cq, res->cq);
 			assert_null(qia.srq);
-			assert_int_equal(qia.cap.max_send_wr, ia.cap.max_send_wr);
-			assert_int_equal(qia.cap.max_recv_wr, ia.cap.max_recv_wr);
-			assert_int_equal(qia.cap.max_send_sge, ia.cap.max_send_sge);
-			assert_int_equal(qia.cap.max_recv_sge, ia.cap.max_recv_sge);
-			assert_int_equal(qia.cap.max_inline_data, ia.cap.max_inline_data);
+			assert_cap_equal(&qia.cap, &ia.cap);
 		}
 	}
 }
@@ -163,22 +98,22 @@ static void test_create_reports_new_reset_qp(void **state)
 /* Capacities exactly at the device limits are accepted. */
 static void test_create_at_device_limits(void **state)
 {
-	struct env *e = *state;
-	struct ibv_cq *cq = ibv_create_cq(e->res->ctx, 16, NULL, NULL, 0);
+	struct tu_res *res = *state;
+	struct ibv_cq *cq = ibv_create_cq(res->ctx, 16, NULL, NULL, 0);
 
 	assert_non_null(cq);
 	for (int which = 0; which < 4; which++) {
-		struct ibv_qp_init_attr ia = init_attr(e, IBV_QPT_RC);
+		struct ibv_qp_init_attr ia = init_attr(res, IBV_QPT_RC);
 		struct ibv_qp *qp;
 
 		ia.send_cq = ia.recv_cq = cq;
 		switch (which) {
-		case 0: ia.cap.max_send_wr = (uint32_t)e->dev.max_qp_wr; break;
-		case 1: ia.cap.max_recv_wr = (uint32_t)e->dev.max_qp_wr; break;
-		case 2: ia.cap.max_send_sge = (uint32_t)e->dev.max_sge; break;
-		case 3: ia.cap.max_recv_sge = (uint32_t)e->dev.max_sge; break;
+		case 0: ia.cap.max_send_wr = (uint32_t)res->dev.max_qp_wr; break;
+		case 1: ia.cap.max_recv_wr = (uint32_t)res->dev.max_qp_wr; break;
+		case 2: ia.cap.max_send_sge = (uint32_t)res->dev.max_sge; break;
+		case 3: ia.cap.max_recv_sge = (uint32_t)res->dev.max_sge; break;
 		}
-		qp = ibv_create_qp(e->res->pd, &ia);
+		qp = ibv_create_qp(res->pd, &ia);
 		if (!qp)
 			fail_msg("capacity %d at the device limit refused: errno %d", which, errno);
 		assert_int_equal(ibv_destroy_qp(qp), 0);
@@ -191,30 +126,31 @@ static void test_create_rejects_capacity_above_limits(void **state)
 {
 	static const char *const what[] = { "max_send_wr", "max_recv_wr", "max_send_sge",
 					     "max_recv_sge", "max_inline_data" };
-	struct env *e = *state;
+	struct tu_res *res = *state;
 	int bad = 0;
 
 	for (size_t k = 0; k < ARRAY_LEN(all_types); k++) {
 		for (int which = 0; which < 5; which++) {
-			struct ibv_qp_init_attr ia = init_attr(e, all_types[k]);
+			struct ibv_qp_init_attr ia = init_attr(res, all_types[k]);
 			struct ibv_qp *qp;
 
 			switch (which) {
-			case 0: ia.cap.max_send_wr = (uint32_t)e->dev.max_qp_wr + 1; break;
-			case 1: ia.cap.max_recv_wr = (uint32_t)e->dev.max_qp_wr + 1; break;
-			case 2: ia.cap.max_send_sge = (uint32_t)e->dev.max_sge + 1; break;
-			case 3: ia.cap.max_recv_sge = (uint32_t)e->dev.max_sge + 1; break;
+			case 0: ia.cap.max_send_wr = (uint32_t)res->dev.max_qp_wr + 1; break;
+			case 1: ia.cap.max_recv_wr = (uint32_t)res->dev.max_qp_wr + 1; break;
+			case 2: ia.cap.max_send_sge = (uint32_t)res->dev.max_sge + 1; break;
+			case 3: ia.cap.max_recv_sge = (uint32_t)res->dev.max_sge + 1; break;
 			case 4: ia.cap.max_inline_data = 1u << 20; break;
 			}
 			errno = 0;
-			qp = ibv_create_qp(e->res->pd, &ia);
+			qp = ibv_create_qp(res->pd, &ia);
 			if (qp || errno != EINVAL) {
 				print_error("%s with %s above the limit: qp %p, errno %d (want NULL, "
 					    "EINVAL)\n",
-					    type_name(all_types[k]), what[which], (void *)qp, errno);
+					    tu_qp_type_str(all_types[k]), what[which], (void *)qp,
+					    errno);
 				bad++;
 				if (qp)
-					keep(e, qp);
+					tu_keep_qp(res, qp);
 			}
 		}
 	}
@@ -237,16 +173,16 @@ static void test_create_rejects_unsupported_types(void **state)
 		{ IBV_QPT_RAW_PACKET, "RAW_PACKET" },
 		{ (enum ibv_qp_type)0x77, "type 0x77" },
 	};
-	struct env *e = *state;
+	struct tu_res *res = *state;
 	int bad = 0;
 
 	for (size_t k = 0; k < ARRAY_LEN(types); k++) {
-		struct ibv_qp_init_attr ia = init_attr(e, types[k].type);
+		struct ibv_qp_init_attr ia = init_attr(res, types[k].type);
 		struct ibv_qp *qp;
 		bool ok_errno;
 
 		errno = 0;
-		qp = ibv_create_qp(e->res->pd, &ia);
+		qp = ibv_create_qp(res->pd, &ia);
 		ok_errno = errno == EOPNOTSUPP || errno == EINVAL ||
 			   (types[k].type == IBV_QPT_RAW_PACKET && errno == EPERM);
 		if (qp || !ok_errno) {
@@ -254,7 +190,7 @@ static void test_create_rejects_unsupported_types(void **state)
 				    types[k].name, (void *)qp, errno);
 			bad++;
 			if (qp)
-				keep(e, qp);
+				tu_keep_qp(res, qp);
 		}
 	}
 	assert_int_equal(bad, 0);
@@ -263,11 +199,11 @@ static void test_create_rejects_unsupported_types(void **state)
 /* rxe_qp_chk_init: a QP needs both CQs (no SRQ here). */
 static void test_create_rejects_missing_cq(void **state)
 {
-	struct env *e = *state;
+	struct tu_res *res = *state;
 
 	for (size_t k = 0; k < ARRAY_LEN(all_types); k++) {
 		for (int which = 0; which < 3; which++) {
-			struct ibv_qp_init_attr ia = init_attr(e, all_types[k]);
+			struct ibv_qp_init_attr ia = init_attr(res, all_types[k]);
 			struct ibv_qp *qp;
 
 			if (which != 1)
@@ -275,12 +211,12 @@ static void test_create_rejects_missing_cq(void **state)
 			if (which != 0)
 				ia.recv_cq = NULL;
 			errno = 0;
-			qp = ibv_create_qp(e->res->pd, &ia);
+			qp = ibv_create_qp(res->pd, &ia);
 			if (qp)
-				keep(e, qp);
+				tu_keep_qp(res, qp);
 			if (qp || errno != EINVAL)
 				fail_msg("%s without %s: qp %p, errno %d (want NULL, EINVAL)",
-					 type_name(all_types[k]),
+					 tu_qp_type_str(all_types[k]),
 					 which == 0 ? "send_cq" : which == 1 ? "recv_cq" : "CQs",
 					 (void *)qp, errno);
 		}
@@ -290,7 +226,7 @@ static void test_create_rejects_missing_cq(void **state)
 /* Objects of another context (another uverbs file) are not found: EINVAL. */
 static void test_create_rejects_objects_of_another_context(void **state)
 {
-	struct env *e = *state;
+	struct tu_res *res = *state;
 	struct ibv_context *ctx2 = tu_open();
 	struct ibv_pd *pd2 = ibv_alloc_pd(ctx2);
 	struct ibv_cq *cq2 = ibv_create_cq(ctx2, 16, NULL, NULL, 0);
@@ -299,8 +235,8 @@ static void test_create_rejects_objects_of_another_context(void **state)
 	assert_non_null(pd2);
 	assert_non_null(cq2);
 	for (int which = 0; which < 3; which++) {
-		struct ibv_qp_init_attr ia = init_attr(e, IBV_QPT_RC);
-		struct ibv_pd *pd = e->res->pd;
+		struct ibv_qp_init_attr ia = init_attr(res, IBV_QPT_RC);
+		struct ibv_pd *pd = res->pd;
 		struct ibv_qp *qp;
 
 		if (which == 0)
@@ -329,110 +265,33 @@ static void test_create_rejects_objects_of_another_context(void **state)
 
 /* ---- modify / query ----------------------------------------------------------------- */
 
-static uint8_t pick_rd(struct env *e)
+static uint8_t pick_rd(const struct tu_res *res)
 {
-	int lim = e->dev.max_qp_rd_atom < e->dev.max_qp_init_rd_atom ? e->dev.max_qp_rd_atom :
-								       e->dev.max_qp_init_rd_atom;
+	int lim = res->dev.max_qp_rd_atom < res->dev.max_qp_init_rd_atom ?
+			  res->dev.max_qp_rd_atom :
+			  res->dev.max_qp_init_rd_atom;
 
 	/* a power of two, so that providers that round up (rxe) report it unchanged */
 	return lim >= 4 ? 4 : lim >= 2 ? 2 : lim >= 1 ? 1 : 0;
 }
 
-static void fill_ah(struct env *e, struct ibv_ah_attr *ah)
+/* Values distinct from tu_conn_init's defaults, so that an echo cannot be a coincidence. */
+static struct tu_conn conn_values(const struct tu_res *res, uint32_t dest_qpn)
 {
-	memset(ah, 0, sizeof(*ah));
-	ah->is_global = 1;
-	ah->grh.dgid = e->gid;
-	ah->grh.sgid_index = 0;
-	ah->grh.hop_limit = 64;
-	ah->dlid = e->port.lid;
-	ah->port_num = 1;
-}
+	struct tu_conn c;
 
-static enum ibv_mtu pick_mtu(struct env *e)
-{
-	return e->port.active_mtu < IBV_MTU_1024 ? e->port.active_mtu : IBV_MTU_1024;
-}
-
-/* Values distinct from defaults, so that an echo cannot be a coincidence. */
-struct conn {
-	uint32_t dest_qpn;
-	uint32_t rq_psn, sq_psn;
-	uint32_t qkey;
-	int access;
-	enum ibv_mtu mtu;
-	uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer, rd, drd;
-};
-
-static struct conn conn_values(struct env *e, uint32_t dest_qpn)
-{
-	struct conn c = {
-		.dest_qpn = dest_qpn,
-		.rq_psn = 0x123456,
-		.sq_psn = 0x654321,
-		.qkey = 0x1234abcd,
-		.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
-		.mtu = pick_mtu(e),
-		.timeout = 17,
-		.retry_cnt = 6,
-		.rnr_retry = 5,
-		.min_rnr_timer = 11,
-		.rd = pick_rd(e),
-		.drd = pick_rd(e),
-	};
-
+	tu_conn_init(&c, res, dest_qpn);
+	c.rq_psn = 0x123456;
+	c.sq_psn = 0x654321;
+	c.qkey = 0x1234abcd;
+	c.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	c.timeout = 17;
+	c.retry_cnt = 6;
+	c.rnr_retry = 5;
+	c.min_rnr_timer = 11;
+	c.max_rd_atomic = pick_rd(res);
+	c.max_dest_rd_atomic = pick_rd(res);
 	return c;
-}
-
-static int to_init(struct ibv_qp *qp, const struct conn *c)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1 };
-	int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-
-	if (qp->qp_type == IBV_QPT_UD) {
-		a.qkey = c->qkey;
-		mask |= IBV_QP_QKEY;
-	} else {
-		a.qp_access_flags = qp->qp_type == IBV_QPT_RC ? c->access : IBV_ACCESS_REMOTE_WRITE;
-		mask |= IBV_QP_ACCESS_FLAGS;
-	}
-	return ibv_modify_qp(qp, &a, mask);
-}
-
-static int to_rtr(struct env *e, struct ibv_qp *qp, const struct conn *c)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTR };
-	int mask = IBV_QP_STATE;
-
-	if (qp->qp_type != IBV_QPT_UD) {
-		a.path_mtu = c->mtu;
-		a.dest_qp_num = c->dest_qpn;
-		a.rq_psn = c->rq_psn;
-		fill_ah(e, &a.ah_attr);
-		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-	}
-	if (qp->qp_type == IBV_QPT_RC) {
-		a.max_dest_rd_atomic = c->drd;
-		a.min_rnr_timer = c->min_rnr_timer;
-		mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-	}
-	return ibv_modify_qp(qp, &a, mask);
-}
-
-static int to_rts(struct ibv_qp *qp, const struct conn *c)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTS, .sq_psn = c->sq_psn };
-	int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-
-	if (qp->qp_type == IBV_QPT_RC) {
-		a.timeout = c->timeout;
-		a.retry_cnt = c->retry_cnt;
-		a.rnr_retry = c->rnr_retry;
-		a.max_rd_atomic = c->rd;
-		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-			IBV_QP_MAX_QP_RD_ATOMIC;
-	}
-	return ibv_modify_qp(qp, &a, mask);
 }
 
 static const int query_all = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY |
@@ -446,18 +305,16 @@ static const int query_all = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASY
  * creation attributes (cap, type, sq_sig_all). */
 static void test_query_returns_rc_connection_attributes(void **state)
 {
-	struct env *e = *state;
-	struct ibv_qp *peer = keep(e, tu_create_qp(e->res, IBV_QPT_RC));
-	struct ibv_qp_init_attr ia = init_attr(e, IBV_QPT_RC), qia;
+	struct tu_res *res = *state;
+	struct ibv_qp *peer = tu_keep_qp(res, tu_create_qp(res, IBV_QPT_RC));
+	struct ibv_qp_init_attr ia = init_attr(res, IBV_QPT_RC), qia;
 	struct ibv_qp *qp;
 	struct ibv_qp_attr qa;
-	struct conn c = conn_values(e, peer->qp_num);
+	struct tu_conn c = conn_values(res, peer->qp_num);
 
 	ia.sq_sig_all = 1;
-	qp = keep(e, ibv_create_qp(e->res->pd, &ia));
-	assert_int_equal(to_init(qp, &c), 0);
-	assert_int_equal(to_rtr(e, qp, &c), 0);
-	assert_int_equal(to_rts(qp, &c), 0);
+	qp = tu_keep_qp(res, ibv_create_qp(res->pd, &ia));
+	assert_int_equal(tu_qp_connect(qp, &c, IBV_QPS_RTS), 0);
 
 	memset(&qa, 0, sizeof(qa));
 	memset(&qia, 0, sizeof(qia));
@@ -474,23 +331,19 @@ static void test_query_returns_rc_connection_attributes(void **state)
 	assert_int_equal(qa.retry_cnt, c.retry_cnt);
 	assert_int_equal(qa.rnr_retry, c.rnr_retry);
 	assert_int_equal(qa.min_rnr_timer, c.min_rnr_timer);
-	assert_int_equal(qa.max_rd_atomic, c.rd);
-	assert_int_equal(qa.max_dest_rd_atomic, c.drd);
+	assert_int_equal(qa.max_rd_atomic, c.max_rd_atomic);
+	assert_int_equal(qa.max_dest_rd_atomic, c.max_dest_rd_atomic);
 	assert_int_equal(qa.ah_attr.is_global, 1);
-	assert_memory_equal(qa.ah_attr.grh.dgid.raw, e->gid.raw, sizeof(e->gid.raw));
+	assert_memory_equal(qa.ah_attr.grh.dgid.raw, res->gid.raw, sizeof(res->gid.raw));
 	assert_int_equal(qa.ah_attr.grh.sgid_index, 0);
 	assert_int_equal(qa.ah_attr.grh.hop_limit, 64);
 	assert_int_equal(qa.ah_attr.port_num, 1);
 
 	assert_int_equal(qia.qp_type, IBV_QPT_RC);
 	assert_int_equal(qia.sq_sig_all, 1);
-	assert_ptr_equal(qia.send_cq, e->res->cq);
-	assert_ptr_equal(qia.recv_cq, e->res->cq);
-	assert_int_equal(qia.cap.max_send_wr, ia.cap.max_send_wr);
-	assert_int_equal(qia.cap.max_recv_wr, ia.cap.max_recv_wr);
-	assert_int_equal(qia.cap.max_send_sge, ia.cap.max_send_sge);
-	assert_int_equal(qia.cap.max_recv_sge, ia.cap.max_recv_sge);
-	assert_int_equal(qia.cap.max_inline_data, ia.cap.max_inline_data);
+	assert_ptr_equal(qia.send_cq, res->cq);
+	assert_ptr_equal(qia.recv_cq, res->cq);
+	assert_cap_equal(&qia.cap, &ia.cap);
 	assert_int_equal(qa.cap.max_send_wr, ia.cap.max_send_wr);
 	assert_int_equal(qa.cap.max_recv_wr, ia.cap.max_recv_wr);
 }
@@ -498,17 +351,15 @@ static void test_query_returns_rc_connection_attributes(void **state)
 /* UC and UD report the attributes of their own transitions. */
 static void test_query_returns_uc_ud_attributes(void **state)
 {
-	struct env *e = *state;
-	struct ibv_qp *peer = keep(e, tu_create_qp(e->res, IBV_QPT_UC));
-	struct ibv_qp *uc = keep(e, tu_create_qp(e->res, IBV_QPT_UC));
-	struct ibv_qp *ud = keep(e, tu_create_qp(e->res, IBV_QPT_UD));
-	struct conn c = conn_values(e, peer->qp_num);
+	struct tu_res *res = *state;
+	struct ibv_qp *peer = tu_keep_qp(res, tu_create_qp(res, IBV_QPT_UC));
+	struct ibv_qp *uc = tu_keep_qp(res, tu_create_qp(res, IBV_QPT_UC));
+	struct ibv_qp *ud = tu_keep_qp(res, tu_create_qp(res, IBV_QPT_UD));
+	struct tu_conn c = conn_values(res, peer->qp_num);
 	struct ibv_qp_init_attr qia;
 	struct ibv_qp_attr qa;
 
-	assert_int_equal(to_init(uc, &c), 0);
-	assert_int_equal(to_rtr(e, uc, &c), 0);
-	assert_int_equal(to_rts(uc, &c), 0);
+	assert_int_equal(tu_qp_connect(uc, &c, IBV_QPS_RTS), 0);
 	memset(&qa, 0, sizeof(qa));
 	assert_int_equal(ibv_query_qp(uc, &qa, query_all, &qia), 0);
 	assert_int_equal(qa.qp_state, IBV_QPS_RTS);
@@ -518,13 +369,11 @@ static void test_query_returns_uc_ud_attributes(void **state)
 	assert_int_equal(qa.sq_psn, c.sq_psn);
 	assert_int_equal(qa.qp_access_flags, IBV_ACCESS_REMOTE_WRITE);
 	assert_int_equal(qa.ah_attr.is_global, 1);
-	assert_memory_equal(qa.ah_attr.grh.dgid.raw, e->gid.raw, sizeof(e->gid.raw));
+	assert_memory_equal(qa.ah_attr.grh.dgid.raw, res->gid.raw, sizeof(res->gid.raw));
 	assert_int_equal(qa.ah_attr.grh.sgid_index, 0);
 	assert_int_equal(qia.qp_type, IBV_QPT_UC);
 
-	assert_int_equal(to_init(ud, &c), 0);
-	assert_int_equal(to_rtr(e, ud, &c), 0);
-	assert_int_equal(to_rts(ud, &c), 0);
+	assert_int_equal(tu_qp_connect(ud, &c, IBV_QPS_RTS), 0);
 	memset(&qa, 0, sizeof(qa));
 	assert_int_equal(ibv_query_qp(ud, &qa, query_all, &qia), 0);
 	assert_int_equal(qa.qp_state, IBV_QPS_RTS);
@@ -538,19 +387,19 @@ static void test_query_returns_uc_ud_attributes(void **state)
 /* sq_sig_all is echoed by ibv_query_qp as created, 0 or 1. */
 static void test_query_echoes_sq_sig_all(void **state)
 {
-	struct env *e = *state;
+	struct tu_res *res = *state;
 
 	for (int sig = 0; sig <= 1; sig++) {
-		struct ibv_qp_init_attr ia = init_attr(e, IBV_QPT_UD), qia;
+		struct ibv_qp_init_attr ia = init_attr(res, IBV_QPT_UD), qia;
 		struct ibv_qp_attr qa;
 		struct ibv_qp *qp;
 
 		ia.sq_sig_all = sig;
-		qp = keep(e, ibv_create_qp(e->res->pd, &ia));
+		qp = tu_keep_qp(res, ibv_create_qp(res->pd, &ia));
 		memset(&qia, 0xff, sizeof(qia));
 		assert_int_equal(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qia), 0);
 		assert_int_equal(qia.sq_sig_all, sig);
-		destroy(e, qp);
+		tu_destroy_qp(res, qp);
 	}
 }
 
@@ -558,12 +407,12 @@ static void test_query_echoes_sq_sig_all(void **state)
  * and only those. */
 static void test_state_field_follows_modify(void **state)
 {
-	struct env *e = *state;
+	struct tu_res *res = *state;
 
 	for (size_t k = 0; k < ARRAY_LEN(all_types); k++) {
-		struct ibv_qp *peer = keep(e, tu_create_qp(e->res, all_types[k]));
-		struct ibv_qp *qp = keep(e, tu_create_qp(e->res, all_types[k]));
-		struct conn c = conn_values(e, peer->qp_num);
+		struct ibv_qp *peer = tu_keep_qp(res, tu_create_qp(res, all_types[k]));
+		struct ibv_qp *qp = tu_keep_qp(res, tu_create_qp(res, all_types[k]));
+		struct tu_conn c = conn_values(res, peer->qp_num);
 		struct ibv_qp_attr a;
 
 		assert_int_equal(qp->state, IBV_QPS_RESET);
@@ -571,15 +420,15 @@ static void test_state_field_follows_modify(void **state)
 		a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTR };
 		assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE), EINVAL);
 		assert_int_equal(qp->state, IBV_QPS_RESET);
-		assert_int_equal(to_init(qp, &c), 0);
+		assert_int_equal(tu_qp_to_init(qp, &c), 0);
 		assert_int_equal(qp->state, IBV_QPS_INIT);
-		assert_int_equal(to_rtr(e, qp, &c), 0);
+		assert_int_equal(tu_qp_to_rtr(qp, &c), 0);
 		assert_int_equal(qp->state, IBV_QPS_RTR);
 		/* refused: RTR -> INIT */
 		a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_INIT };
 		assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE), EINVAL);
 		assert_int_equal(qp->state, IBV_QPS_RTR);
-		assert_int_equal(to_rts(qp, &c), 0);
+		assert_int_equal(tu_qp_to_rts(qp, &c), 0);
 		assert_int_equal(qp->state, IBV_QPS_RTS);
 		/* accepted without IBV_QP_STATE: the state does not move */
 		if (all_types[k] == IBV_QPT_UD) {
@@ -596,8 +445,8 @@ static void test_state_field_follows_modify(void **state)
 		a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET };
 		assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
 		assert_int_equal(qp->state, IBV_QPS_RESET);
-		destroy(e, qp);
-		destroy(e, peer);
+		tu_destroy_qp(res, qp);
+		tu_destroy_qp(res, peer);
 	}
 }
 
@@ -605,22 +454,20 @@ static void test_state_field_follows_modify(void **state)
 
 static void test_destroy_qp(void **state)
 {
-	struct env *e = *state;
+	struct tu_res *res = *state;
 
 	for (size_t k = 0; k < ARRAY_LEN(all_types); k++) {
-		struct ibv_qp *fresh = tu_create_qp(e->res, all_types[k]);
-		struct ibv_qp *used = keep(e, tu_create_qp(e->res, all_types[k]));
-		struct ibv_qp *peer = keep(e, tu_create_qp(e->res, all_types[k]));
-		struct conn c = conn_values(e, peer->qp_num);
+		struct ibv_qp *fresh = tu_create_qp(res, all_types[k]);
+		struct ibv_qp *used = tu_keep_qp(res, tu_create_qp(res, all_types[k]));
+		struct ibv_qp *peer = tu_keep_qp(res, tu_create_qp(res, all_types[k]));
+		struct tu_conn c = conn_values(res, peer->qp_num);
 
 		assert_non_null(fresh);
 		assert_int_equal(ibv_destroy_qp(fresh), 0);
 		/* a connected QP goes as well */
-		assert_int_equal(to_init(used, &c), 0);
-		assert_int_equal(to_rtr(e, used, &c), 0);
-		assert_int_equal(to_rts(used, &c), 0);
-		destroy(e, used);
-		destroy(e, peer);
+		assert_int_equal(tu_qp_connect(used, &c, IBV_QPS_RTS), 0);
+		tu_destroy_qp(res, used);
+		tu_destroy_qp(res, peer);
 	}
 }
 
@@ -628,13 +475,13 @@ static void test_destroy_qp(void **state)
  * the refused destroy leaves both usable. */
 static void test_pd_and_cq_busy_while_qp_exists(void **state)
 {
-	struct env *e = *state;
-	struct ibv_pd *pd = ibv_alloc_pd(e->res->ctx);
-	struct ibv_cq *scq = ibv_create_cq(e->res->ctx, 16, NULL, NULL, 0);
-	struct ibv_cq *rcq = ibv_create_cq(e->res->ctx, 16, NULL, NULL, 0);
-	struct ibv_qp_init_attr ia = init_attr(e, IBV_QPT_RC);
+	struct tu_res *res = *state;
+	struct ibv_pd *pd = ibv_alloc_pd(res->ctx);
+	struct ibv_cq *scq = ibv_create_cq(res->ctx, 16, NULL, NULL, 0);
+	struct ibv_cq *rcq = ibv_create_cq(res->ctx, 16, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = init_attr(res, IBV_QPT_RC);
 	struct ibv_qp *qp;
-	struct conn c = conn_values(e, 0);
+	struct tu_conn c = conn_values(res, 0);
 	int rc_pd, rc_scq, rc_rcq;
 
 	assert_non_null(pd);
@@ -652,7 +499,7 @@ static void test_pd_and_cq_busy_while_qp_exists(void **state)
 		fail_msg("destroy while a QP uses them: PD %d, send CQ %d, recv CQ %d (want "
 			 "EBUSY each); objects leaked",
 			 rc_pd, rc_scq, rc_rcq);
-	assert_int_equal(to_init(qp, &c), 0);
+	assert_int_equal(tu_qp_to_init(qp, &c), 0);
 	assert_int_equal(ibv_destroy_qp(qp), 0);
 	assert_int_equal(ibv_destroy_cq(scq), 0);
 	assert_int_equal(ibv_destroy_cq(rcq), 0);
@@ -662,17 +509,17 @@ static void test_pd_and_cq_busy_while_qp_exists(void **state)
 /* A QP on an SRQ: qp->srq is set, the SRQ is EBUSY until the QP is destroyed. */
 static void test_srq_busy_while_qp_attached(void **state)
 {
-	struct env *e = *state;
+	struct tu_res *res = *state;
 	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
-	struct ibv_srq *srq = ibv_create_srq(e->res->pd, &sa);
-	struct ibv_qp_init_attr ia = init_attr(e, IBV_QPT_RC), qia;
+	struct ibv_srq *srq = ibv_create_srq(res->pd, &sa);
+	struct ibv_qp_init_attr ia = init_attr(res, IBV_QPT_RC), qia;
 	struct ibv_qp_attr qa;
 	struct ibv_qp *qp;
 	int rc;
 
 	assert_non_null(srq);
 	ia.srq = srq;
-	qp = ibv_create_qp(e->res->pd, &ia);
+	qp = ibv_create_qp(res->pd, &ia);
 	assert_non_null(qp);
 	assert_ptr_equal(qp->srq, srq);
 	memset(&qia, 0, sizeof(qia));
@@ -690,17 +537,17 @@ static void test_srq_busy_while_qp_attached(void **state)
  * checked (rxe_qp_chk_cap has_srq, mlx5 set_rq_size). */
 static void test_srq_qp_ignores_recv_caps(void **state)
 {
-	struct env *e = *state;
+	struct tu_res *res = *state;
 	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
-	struct ibv_srq *srq = ibv_create_srq(e->res->pd, &sa);
-	struct ibv_qp_init_attr ia = init_attr(e, IBV_QPT_RC);
+	struct ibv_srq *srq = ibv_create_srq(res->pd, &sa);
+	struct ibv_qp_init_attr ia = init_attr(res, IBV_QPT_RC);
 	struct ibv_qp *qp;
 
 	assert_non_null(srq);
 	ia.srq = srq;
-	ia.cap.max_recv_wr = (uint32_t)e->dev.max_qp_wr + 1;
-	ia.cap.max_recv_sge = (uint32_t)e->dev.max_sge + 1;
-	qp = ibv_create_qp(e->res->pd, &ia);
+	ia.cap.max_recv_wr = (uint32_t)res->dev.max_qp_wr + 1;
+	ia.cap.max_recv_sge = (uint32_t)res->dev.max_sge + 1;
+	qp = ibv_create_qp(res->pd, &ia);
 	if (!qp) {
 		int err = errno;
 
@@ -711,7 +558,7 @@ static void test_srq_qp_ignores_recv_caps(void **state)
 	assert_int_equal(ibv_destroy_srq(srq), 0);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, env_setup, env_teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
 
 int main(void)
 {

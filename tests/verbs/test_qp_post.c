@@ -19,61 +19,33 @@
 #include "verbs/sv_test_util.h"
 
 #include <errno.h>
-#include <poll.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define WAIT_MS 2000
 #define CQ_SIZE 512
 #define BUF_SIZE 65536
 #define MARKER 0x6d61726bULL
-#define MAX_OBJS 32
 
 struct env {
-	struct tu_res *res;
-	struct ibv_device_attr dev;
-	struct ibv_port_attr port;
-	union ibv_gid gid;
+	struct tu_res *res; /* keeps the QPs */
 	struct ibv_cq *scq, *rcq; /* sends and receives complete on different CQs */
 	char *buf;
 	struct ibv_mr *mr;
-	struct ibv_qp *qps[MAX_OBJS];
-	int nqps;
 	struct ibv_srq *srq[4];
 	int nsrq;
 	struct ibv_ah *ah[4];
 	int nah;
 };
 
-static const char *type_name(enum ibv_qp_type type)
-{
-	return type == IBV_QPT_RC ? "RC" : type == IBV_QPT_UC ? "UC" : "UD";
-}
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 /* ---- fixture ------------------------------------------------------------------------ */
 
 static int env_setup(void **state)
 {
 	struct env *e = calloc(1, sizeof(*e));
-	void *res = NULL;
 
-	if (!e || tu_setup(&res))
-		return -1;
-	e->res = res;
-	if (ibv_query_device(e->res->ctx, &e->dev) || ibv_query_port(e->res->ctx, 1, &e->port) ||
-	    ibv_query_gid(e->res->ctx, 1, 0, &e->gid))
+	if (!e || !(e->res = tu_res_open()))
 		return -1;
 	e->scq = ibv_create_cq(e->res->ctx, CQ_SIZE, NULL, NULL, 0);
 	e->rcq = ibv_create_cq(e->res->ctx, CQ_SIZE, NULL, NULL, 0);
@@ -92,13 +64,11 @@ static int env_setup(void **state)
 static int env_teardown(void **state)
 {
 	struct env *e = *state;
-	void *res;
 	int rc = 0;
 
 	if (!e)
 		return 0;
-	for (int i = e->nqps - 1; i >= 0; i--)
-		rc |= ibv_destroy_qp(e->qps[i]);
+	rc |= tu_destroy_kept_qps(e->res);
 	for (int i = e->nah - 1; i >= 0; i--)
 		rc |= ibv_destroy_ah(e->ah[i]);
 	for (int i = e->nsrq - 1; i >= 0; i--)
@@ -107,20 +77,10 @@ static int env_teardown(void **state)
 	rc |= ibv_destroy_cq(e->scq);
 	rc |= ibv_destroy_cq(e->rcq);
 	free(e->buf);
-	res = e->res;
-	rc |= tu_teardown(&res);
+	rc |= tu_res_close(e->res);
 	free(e);
 	*state = NULL;
 	return rc ? -1 : 0;
-}
-
-static struct ibv_qp *keep_qp(struct env *e, struct ibv_qp *qp)
-{
-	if (!qp)
-		fail_msg("QP creation failed: errno %d", errno);
-	assert_true(e->nqps < MAX_OBJS);
-	e->qps[e->nqps++] = qp;
-	return qp;
 }
 
 /* A QP on the env's CQs; @cap in: what to ask (NULL: small defaults), out: what came. */
@@ -139,7 +99,7 @@ static struct ibv_qp *make_qp(struct env *e, enum ibv_qp_type type, struct ibv_s
 
 	if (cap)
 		ia.cap = *cap;
-	qp = keep_qp(e, ibv_create_qp(e->res->pd, &ia));
+	qp = tu_keep_qp(e->res, ibv_create_qp(e->res->pd, &ia));
 	if (cap)
 		*cap = ia.cap;
 	return qp;
@@ -156,23 +116,12 @@ static struct ibv_srq *make_srq(struct env *e)
 	return srq;
 }
 
-static void fill_ah(struct env *e, struct ibv_ah_attr *ah)
-{
-	memset(ah, 0, sizeof(*ah));
-	ah->is_global = 1;
-	ah->grh.dgid = e->gid;
-	ah->grh.sgid_index = 0;
-	ah->grh.hop_limit = 64;
-	ah->dlid = e->port.lid;
-	ah->port_num = 1;
-}
-
 static struct ibv_ah *make_ah(struct env *e)
 {
 	struct ibv_ah_attr aa;
 	struct ibv_ah *ah;
 
-	fill_ah(e, &aa);
+	tu_fill_ah(e->res, &aa);
 	ah = ibv_create_ah(e->res->pd, &aa);
 	assert_non_null(ah);
 	assert_true(e->nah < (int)ARRAY_LEN(e->ah));
@@ -187,52 +136,13 @@ static struct ibv_ah *make_ah(struct env *e)
 /* Drives @qp from RESET up to @target (INIT, RTR or RTS) towards @dest_qpn. */
 static void bring_up(struct env *e, struct ibv_qp *qp, uint32_t dest_qpn, enum ibv_qp_state target)
 {
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1 };
-	int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+	struct tu_conn c;
 
-	if (qp->qp_type == IBV_QPT_UD) {
-		a.qkey = QKEY;
-		mask |= IBV_QP_QKEY;
-	} else {
-		a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-		mask |= IBV_QP_ACCESS_FLAGS;
-	}
-	assert_int_equal(ibv_modify_qp(qp, &a, mask), 0);
-	if (target == IBV_QPS_INIT)
-		return;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	mask = IBV_QP_STATE;
-	if (qp->qp_type != IBV_QPT_UD) {
-		a.path_mtu = e->port.active_mtu < IBV_MTU_1024 ? e->port.active_mtu : IBV_MTU_1024;
-		a.dest_qp_num = dest_qpn;
-		a.rq_psn = 0;
-		fill_ah(e, &a.ah_attr);
-		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-	}
-	if (qp->qp_type == IBV_QPT_RC) {
-		a.max_dest_rd_atomic = 0;
-		a.min_rnr_timer = 31; /* the longest RNR NAK delay: few retries */
-		mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-	}
-	assert_int_equal(ibv_modify_qp(qp, &a, mask), 0);
-	if (target == IBV_QPS_RTR)
-		return;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 0;
-	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-	if (qp->qp_type == IBV_QPT_RC) {
-		a.timeout = 14;
-		a.retry_cnt = 7;
-		a.rnr_retry = 7; /* retry an RNR NAK forever */
-		a.max_rd_atomic = 0;
-		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-			IBV_QP_MAX_QP_RD_ATOMIC;
-	}
-	assert_int_equal(ibv_modify_qp(qp, &a, mask), 0);
+	tu_conn_init(&c, e->res, dest_qpn);
+	c.qkey = QKEY;
+	c.min_rnr_timer = 31; /* the longest RNR NAK delay: few retries */
+	c.rnr_retry = 7;      /* retry an RNR NAK forever */
+	assert_int_equal(tu_qp_connect(qp, &c, target), 0);
 }
 
 static void move_to(struct ibv_qp *qp, enum ibv_qp_state st)
@@ -241,15 +151,6 @@ static void move_to(struct ibv_qp *qp, enum ibv_qp_state st)
 
 	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
 	assert_int_equal(qp->state, st);
-}
-
-static enum ibv_qp_state query_state(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a;
-	struct ibv_qp_init_attr ia;
-
-	assert_int_equal(ibv_query_qp(qp, &a, IBV_QP_STATE, &ia), 0);
-	return a.qp_state;
 }
 
 /*
@@ -335,7 +236,7 @@ static void expect_flushed(struct ibv_cq *cq, struct ibv_qp *qp, const uint64_t 
  * unexpected one. Fails if the marker does not come. */
 static void expect_only_marker(struct ibv_cq *cq, const char *what)
 {
-	long long end = now_ms() + WAIT_MS;
+	long long end = tu_now_ms() + WAIT_MS;
 	int extra = 0;
 
 	for (;;) {
@@ -351,7 +252,7 @@ static void expect_only_marker(struct ibv_cq *cq, const char *what)
 			print_error("%s: unexpected completion wr_id %llu status %s\n", what,
 				    (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
 			extra++;
-		} else if (now_ms() > end) {
+		} else if (tu_now_ms() > end) {
 			fail_msg("%s: the marker posted in Error did not complete within %d ms", what,
 				 WAIT_MS);
 		}
@@ -392,7 +293,7 @@ static void test_post_recv_needs_init(void **state)
 
 		if (rc != EINVAL)
 			fail_msg("%s: ibv_post_recv in RESET returned %d, want EINVAL",
-				 type_name(types[k]), rc);
+				 tu_qp_type_str(types[k]), rc);
 		bring_up(e, qp, 0, IBV_QPS_INIT);
 		assert_int_equal(post_recv1(qp, &s, id), 0);
 		move_to(qp, IBV_QPS_ERR);
@@ -426,11 +327,11 @@ static void test_post_send_needs_rts(void **state)
 				move_to(qp, IBV_QPS_RESET);
 				bring_up(e, qp, peer->qp_num, IBV_QPS_RTR);
 			}
-			assert_int_equal(query_state(qp), states[i]);
+			assert_int_equal(tu_query_state(qp), states[i]);
 			rc = post_send1(qp, &s, 10 + i, IBV_SEND_SIGNALED, qah);
 			if (rc != EINVAL) {
 				print_error("%s: ibv_post_send in state %d returned %d, want EINVAL\n",
-					    type_name(types[k]), states[i], rc);
+					    tu_qp_type_str(types[k]), states[i], rc);
 				bad++;
 			}
 		}
@@ -666,7 +567,7 @@ static void test_opcode_not_allowed_for_type(void **state)
 				    cases[i].name, rc, bad == &wr ? "the WR" : "other");
 			bad_count++;
 		}
-		assert_int_equal(query_state(qp), IBV_QPS_RTS);
+		assert_int_equal(tu_query_state(qp), IBV_QPS_RTS);
 	}
 	/* the transports' own SEND goes through on the same QPs */
 	assert_int_equal(post_send1(uc, &s, 1, IBV_SEND_SIGNALED, NULL), 0);
@@ -695,7 +596,7 @@ static void test_error_flushes_outstanding_work(void **state)
 				 0);
 	}
 	move_to(qp, IBV_QPS_ERR);
-	assert_int_equal(query_state(qp), IBV_QPS_ERR);
+	assert_int_equal(tu_query_state(qp), IBV_QPS_ERR);
 	expect_flushed(e->rcq, qp, rids, 4, "outstanding receives");
 	expect_flushed(e->scq, qp, sids, 4, "outstanding sends (2 unsignaled)");
 	recv_marker(e, qp, "receive queue after the flush");
@@ -717,7 +618,7 @@ static void test_reset_discards_outstanding_work(void **state)
 		assert_int_equal(post_send1(qp, &s, 20 + i, IBV_SEND_SIGNALED, NULL), 0);
 	}
 	move_to(qp, IBV_QPS_RESET);
-	assert_int_equal(query_state(qp), IBV_QPS_RESET);
+	assert_int_equal(tu_query_state(qp), IBV_QPS_RESET);
 	bring_up(e, qp, peer->qp_num, IBV_QPS_RTS);
 	assert_int_equal(post_send1(qp, &s, after, IBV_SEND_SIGNALED, NULL), 0);
 	move_to(qp, IBV_QPS_ERR);
@@ -772,7 +673,7 @@ static void test_error_flushes_receives_of_every_type(void **state)
 		}
 		move_to(qp, IBV_QPS_ERR);
 		snprintf(what, sizeof(what), "%s receives posted in state %d",
-			 type_name(cases[k].type), cases[k].st);
+			 tu_qp_type_str(cases[k].type), cases[k].st);
 		expect_flushed(e->rcq, qp, ids, 3, what);
 	}
 }
@@ -808,27 +709,11 @@ static void test_srq_qp_error_raises_last_wqe_reached(void **state)
 	struct env *e = *state;
 	struct ibv_srq *srq = make_srq(e);
 	struct ibv_qp *qp = make_qp(e, IBV_QPT_RC, srq, NULL);
-	struct ibv_context *ctx = e->res->ctx;
-	long long end;
-	bool seen = false;
 
 	assert_ptr_equal(qp->srq, srq);
 	stall_rc(e, qp);
 	move_to(qp, IBV_QPS_ERR);
-
-	end = now_ms() + WAIT_MS;
-	for (int n = 0; n < 32 && !seen; n++) {
-		struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
-		struct ibv_async_event ev;
-		long long left = end - now_ms();
-
-		if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
-			break;
-		assert_int_equal(ibv_get_async_event(ctx, &ev), 0);
-		seen = ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED && ev.element.qp == qp;
-		ibv_ack_async_event(&ev);
-	}
-	if (!seen)
+	if (!tu_wait_qp_event(e->res->ctx, qp, IBV_EVENT_QP_LAST_WQE_REACHED, WAIT_MS))
 		fail_msg("no IBV_EVENT_QP_LAST_WQE_REACHED for the SRQ QP within %d ms", WAIT_MS);
 }
 
@@ -860,11 +745,11 @@ static struct ibv_qp *make_qp_ex(struct env *e, enum ibv_qp_type type, uint32_t 
 static void test_qp_ex_with_send_ops(void **state)
 {
 	struct env *e = *state;
-	struct ibv_qp *qp = keep_qp(e, make_qp_ex(e, IBV_QPT_RC,
+	struct ibv_qp *qp = tu_keep_qp(e->res, make_qp_ex(e, IBV_QPT_RC,
 						  IBV_QP_INIT_ATTR_PD |
 							  IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 						  rc_send_ops));
-	struct ibv_qp *ud = keep_qp(e, make_qp_ex(e, IBV_QPT_UD,
+	struct ibv_qp *ud = tu_keep_qp(e->res, make_qp_ex(e, IBV_QPT_UD,
 						  IBV_QP_INIT_ATTR_PD |
 							  IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 						  IBV_QP_EX_WITH_SEND));
@@ -900,7 +785,7 @@ static void test_qp_to_qp_ex_null_without_send_ops(void **state)
 {
 	struct env *e = *state;
 	struct ibv_qp *plain = make_qp(e, IBV_QPT_RC, NULL, NULL);
-	struct ibv_qp *pd_only = keep_qp(e, make_qp_ex(e, IBV_QPT_RC, IBV_QP_INIT_ATTR_PD, 0));
+	struct ibv_qp *pd_only = tu_keep_qp(e->res, make_qp_ex(e, IBV_QPT_RC, IBV_QP_INIT_ATTR_PD, 0));
 	struct ibv_qp_ex *a = ibv_qp_to_qp_ex(plain), *b = ibv_qp_to_qp_ex(pd_only);
 
 	if (a || b)
@@ -939,7 +824,7 @@ static void test_qp_ex_rejects_send_ops_of_other_types(void **state)
 				    (void *)qp, errno);
 			bad++;
 			if (qp)
-				keep_qp(e, qp);
+				tu_keep_qp(e->res, qp);
 		}
 	}
 	assert_int_equal(bad, 0);
@@ -951,7 +836,7 @@ static void test_qp_ex_rejects_send_ops_of_other_types(void **state)
 static void test_qp_ex_batches_post_and_flush(void **state)
 {
 	struct env *e = *state;
-	struct ibv_qp *qp = keep_qp(e, make_qp_ex(e, IBV_QPT_RC,
+	struct ibv_qp *qp = tu_keep_qp(e->res, make_qp_ex(e, IBV_QPT_RC,
 						  IBV_QP_INIT_ATTR_PD |
 							  IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 						  rc_send_ops));
@@ -960,7 +845,7 @@ static void test_qp_ex_batches_post_and_flush(void **state)
 
 	assert_non_null(qpx);
 	stall_rc(e, qp);
-	assert_int_equal(query_state(qp), IBV_QPS_RTS);
+	assert_int_equal(tu_query_state(qp), IBV_QPS_RTS);
 
 	ibv_wr_start(qpx);
 	qpx->wr_id = 100;

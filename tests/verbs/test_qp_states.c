@@ -20,12 +20,10 @@
 #include "verbs/sv_test_util.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define S(x) IBV_QPS_##x
 
@@ -135,30 +133,18 @@ static const enum ibv_qp_state from_states[] = { S(RESET), S(INIT), S(RTR), S(RT
 static const enum ibv_qp_state to_states[] = { S(RESET), S(INIT), S(RTR), S(RTS),
 					       S(SQD),	 S(SQE),  S(ERR) };
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-#define MAX_QPS 64
 #define WAIT_MS 2000
 
 struct env {
-	struct tu_res *res;
-	struct ibv_device_attr dev;
-	struct ibv_port_attr port;
-	union ibv_gid gid;
+	struct tu_res *res; /* keeps every QP, the peers included */
 	enum ibv_mtu mtu;
 	uint8_t rd; /* within both max_qp_rd_atom and max_qp_init_rd_atom */
 	struct ibv_qp *peer[T_N];
-	struct ibv_qp *qps[MAX_QPS];
-	int nqps;
 };
 
 static int type_index(enum ibv_qp_type type)
 {
 	return type == IBV_QPT_RC ? T_RC : type == IBV_QPT_UC ? T_UC : T_UD;
-}
-
-static const char *type_name(enum ibv_qp_type type)
-{
-	return type == IBV_QPT_RC ? "RC" : type == IBV_QPT_UC ? "UC" : "UD";
 }
 
 static const char *sname(int s)
@@ -215,16 +201,11 @@ static int entry_mask(enum ibv_qp_state to, int t)
 static int env_setup(void **state)
 {
 	struct env *e = calloc(1, sizeof(*e));
-	void *res = NULL;
 
-	if (!e || tu_setup(&res))
+	if (!e || !(e->res = tu_res_open()))
 		return -1;
-	e->res = res;
-	if (ibv_query_device(e->res->ctx, &e->dev) || ibv_query_port(e->res->ctx, 1, &e->port) ||
-	    ibv_query_gid(e->res->ctx, 1, 0, &e->gid))
-		return -1;
-	e->mtu = e->port.active_mtu < IBV_MTU_1024 ? e->port.active_mtu : IBV_MTU_1024;
-	e->rd = (e->dev.max_qp_rd_atom >= 1 && e->dev.max_qp_init_rd_atom >= 1) ? 1 : 0;
+	e->mtu = e->res->port.active_mtu < IBV_MTU_1024 ? e->res->port.active_mtu : IBV_MTU_1024;
+	e->rd = (e->res->dev.max_qp_rd_atom >= 1 && e->res->dev.max_qp_init_rd_atom >= 1) ? 1 : 0;
 	*state = e;
 	return 0;
 }
@@ -232,20 +213,11 @@ static int env_setup(void **state)
 static int env_teardown(void **state)
 {
 	struct env *e = *state;
-	void *res;
-	int rc = 0;
+	int rc;
 
 	if (!e)
 		return 0;
-	for (int i = e->nqps - 1; i >= 0; i--)
-		if (ibv_destroy_qp(e->qps[i]))
-			rc = -1;
-	for (int t = 0; t < T_N; t++)
-		if (e->peer[t] && ibv_destroy_qp(e->peer[t]))
-			rc = -1;
-	res = e->res;
-	if (tu_teardown(&res))
-		rc = -1;
+	rc = tu_res_close(e->res);
 	free(e);
 	*state = NULL;
 	return rc;
@@ -253,24 +225,12 @@ static int env_teardown(void **state)
 
 static struct ibv_qp *new_qp(struct env *e, enum ibv_qp_type type)
 {
-	struct ibv_qp *qp = tu_create_qp(e->res, type);
-
-	if (!qp)
-		fail_msg("ibv_create_qp(%s) failed: errno %d", type_name(type), errno);
-	assert_true(e->nqps < MAX_QPS);
-	e->qps[e->nqps++] = qp;
-	return qp;
+	return tu_keep_qp(e->res, tu_create_qp(e->res, type));
 }
 
 static void free_qp(struct env *e, struct ibv_qp *qp)
 {
-	for (int i = 0; i < e->nqps; i++)
-		if (e->qps[i] == qp) {
-			e->qps[i] = e->qps[--e->nqps];
-			assert_int_equal(ibv_destroy_qp(qp), 0);
-			return;
-		}
-	fail_msg("free_qp: QP not tracked");
+	tu_destroy_qp(e->res, qp);
 }
 
 /* A QP of the same type whose number serves as the destination of RC/UC QPs. */
@@ -278,25 +238,12 @@ static uint32_t peer_qpn(struct env *e, enum ibv_qp_type type)
 {
 	int t = type_index(type);
 
-	if (!e->peer[t]) {
-		e->peer[t] = tu_create_qp(e->res, type);
-		assert_non_null(e->peer[t]);
-	}
+	if (!e->peer[t])
+		e->peer[t] = new_qp(e, type);
 	return e->peer[t]->qp_num;
 }
 
 /* ---- attributes --------------------------------------------------------------------- */
-
-static void fill_ah(struct env *e, struct ibv_ah_attr *ah)
-{
-	memset(ah, 0, sizeof(*ah));
-	ah->is_global = 1;
-	ah->grh.dgid = e->gid;
-	ah->grh.sgid_index = 0;
-	ah->grh.hop_limit = 64;
-	ah->dlid = e->port.lid;
-	ah->port_num = 1;
-}
 
 /* Valid values for every attribute, for a transition from @from to @to. */
 static void fill_attr(struct env *e, struct ibv_qp *qp, enum ibv_qp_state from,
@@ -321,8 +268,8 @@ static void fill_attr(struct env *e, struct ibv_qp *qp, enum ibv_qp_state from,
 	a->retry_cnt = 7;
 	a->rnr_retry = 7;
 	a->max_rd_atomic = e->rd;
-	fill_ah(e, &a->ah_attr);
-	fill_ah(e, &a->alt_ah_attr);
+	tu_fill_ah(e->res, &a->ah_attr);
+	tu_fill_ah(e->res, &a->alt_ah_attr);
 	a->alt_pkey_index = 0;
 	a->alt_port_num = 1;
 	a->alt_timeout = 14;
@@ -349,24 +296,16 @@ static int query_state(struct ibv_qp *qp, int *sq_draining)
 	return a.qp_state;
 }
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 /* IBA §10.3.1: SQD has a draining and a drained phase; leaving SQD needs drained. */
 static int wait_drained(struct ibv_qp *qp)
 {
-	long long end = now_ms() + WAIT_MS;
+	long long end = tu_now_ms() + WAIT_MS;
 	int draining = 1;
 
 	do {
 		if (query_state(qp, &draining) != IBV_QPS_SQD)
 			return -1;
-	} while (draining && now_ms() < end);
+	} while (draining && tu_now_ms() < end);
 	return draining ? ETIMEDOUT : 0;
 }
 
@@ -379,7 +318,9 @@ static int step(struct env *e, struct ibv_qp *qp, enum ibv_qp_state from, enum i
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | req_mask(from, to, type_index(qp->qp_type)));
 }
 
-/* RESET -> INIT -> RTR -> RTS [-> SQD (drained) | -> ERR]; 0 or the failing return. */
+/* RESET -> INIT -> RTR -> RTS [-> SQD (drained) | -> ERR] by the rows of the table above
+ * (not tu_qp_connect: the masks are the table's and the values fill_attr's, which
+ * test_modify_without_state tells apart from its new ones); 0 or the failing return. */
 static int drive(struct env *e, struct ibv_qp *qp, enum ibv_qp_state target)
 {
 	enum ibv_qp_state stop = (target == S(SQD) || target == S(ERR)) ? S(RTS) : target;
@@ -410,7 +351,7 @@ static struct ibv_qp *qp_in(struct env *e, enum ibv_qp_type type, enum ibv_qp_st
 
 	if (rc)
 		fail_msg("%s: cannot drive a fresh QP to %s through legal transitions: %d",
-			 type_name(type), sname(st), rc);
+			 tu_qp_type_str(type), sname(st), rc);
 	return qp;
 }
 
@@ -427,7 +368,7 @@ static int check(struct ibv_qp *qp, int rc, int want_rc, enum ibv_qp_state want_
 		return 0;
 	print_error("%s %s: ibv_modify_qp returned %d (want %d); ibv_query_qp state %s, "
 		    "qp->state %s (want %s)\n",
-		    type_name(qp->qp_type), what, rc, want_rc, sname(st), sname(qp->state),
+		    tu_qp_type_str(qp->qp_type), what, rc, want_rc, sname(st), sname(qp->state),
 		    sname(want_state));
 	return 1;
 }
@@ -453,7 +394,8 @@ static void check_matrix(struct env *e, enum ibv_qp_type type)
 			n++;
 			if (rc) {
 				print_error("%s: cannot drive a fresh QP to %s: %d; skipped %s -> %s\n",
-					    type_name(type), sname(from), rc, sname(from), sname(to));
+					    tu_qp_type_str(type), sname(from), rc, sname(from),
+					    sname(to));
 				bad++;
 				free_qp(e, qp);
 				continue;
@@ -466,7 +408,7 @@ static void check_matrix(struct env *e, enum ibv_qp_type type)
 			free_qp(e, qp);
 		}
 	}
-	print_message("%s: %d transitions checked, %d wrong\n", type_name(type), n, bad);
+	print_message("%s: %d transitions checked, %d wrong\n", tu_qp_type_str(type), n, bad);
 	assert_int_equal(bad, 0);
 }
 
@@ -518,7 +460,7 @@ static void check_required(struct env *e, enum ibv_qp_type type)
 		bad += check(qp, ibv_modify_qp(qp, &a, IBV_QP_STATE | r->req[t]), 0, r->to, what);
 		free_qp(e, qp);
 	}
-	print_message("%s: %d missing-attribute cases, %d wrong\n", type_name(type), n, bad);
+	print_message("%s: %d missing-attribute cases, %d wrong\n", tu_qp_type_str(type), n, bad);
 	assert_true(n > 0);
 	assert_int_equal(bad, 0);
 }
@@ -570,7 +512,7 @@ static void check_extra(struct env *e, enum ibv_qp_type type)
 		bad += check(qp, ibv_modify_qp(qp, &a, IBV_QP_STATE | r->req[t]), 0, r->to, what);
 		free_qp(e, qp);
 	}
-	print_message("%s: %d disallowed-attribute cases, %d wrong\n", type_name(type), n, bad);
+	print_message("%s: %d disallowed-attribute cases, %d wrong\n", tu_qp_type_str(type), n, bad);
 	assert_int_equal(bad, 0);
 }
 
@@ -626,7 +568,7 @@ static void check_optional(struct env *e, enum ibv_qp_type type)
 			n++;
 		}
 	}
-	print_message("%s: %d optional-attribute cases, %d wrong\n", type_name(type), n, bad);
+	print_message("%s: %d optional-attribute cases, %d wrong\n", tu_qp_type_str(type), n, bad);
 	assert_true(n > 0);
 	assert_int_equal(bad, 0);
 }
@@ -751,7 +693,7 @@ static void test_modify_without_state(void **state)
 		after = query_value(qp, cases[i].bit);
 		if (after != want) {
 			print_error("%s %s: attribute reads %llu after the modify, want %llu\n",
-				    type_name(cases[i].type), what, (unsigned long long)after,
+				    tu_qp_type_str(cases[i].type), what, (unsigned long long)after,
 				    (unsigned long long)want);
 			bad++;
 		}
@@ -783,14 +725,14 @@ static bool apply_tweak(struct env *e, enum tweak tw, struct ibv_qp_attr *a)
 {
 	/* The initiator depth is bounded by max_qp_init_rd_atom and the responder depth by
 	 * max_qp_rd_atom; one past the larger of the two is invalid for both. */
-	unsigned int rd_max = e->dev.max_qp_rd_atom > e->dev.max_qp_init_rd_atom ?
-				      (unsigned int)e->dev.max_qp_rd_atom :
-				      (unsigned int)e->dev.max_qp_init_rd_atom;
+	unsigned int rd_max = e->res->dev.max_qp_rd_atom > e->res->dev.max_qp_init_rd_atom ?
+				      (unsigned int)e->res->dev.max_qp_rd_atom :
+				      (unsigned int)e->res->dev.max_qp_init_rd_atom;
 
 	switch (tw) {
 	case TW_PORT_2: a->port_num = 2; return true;
 	case TW_PORT_0: a->port_num = 0; return true;
-	case TW_PKEY_TBL_LEN: a->pkey_index = e->port.pkey_tbl_len; return true;
+	case TW_PKEY_TBL_LEN: a->pkey_index = e->res->port.pkey_tbl_len; return true;
 	case TW_MTU_0: a->path_mtu = (enum ibv_mtu)0; return true;
 	case TW_MTU_ABOVE_4096: a->path_mtu = (enum ibv_mtu)(IBV_MTU_4096 + 1); return true;
 	case TW_DEST_RD_ATOMIC_ABOVE_MAX:
@@ -800,9 +742,9 @@ static bool apply_tweak(struct env *e, enum tweak tw, struct ibv_qp_attr *a)
 		return true;
 	case TW_MIN_RNR_TIMER_32: a->min_rnr_timer = 32; return true;
 	case TW_SGID_INDEX_TBL_LEN:
-		if (e->port.gid_tbl_len > UINT8_MAX)
+		if (e->res->port.gid_tbl_len > UINT8_MAX)
 			return false;
-		a->ah_attr.grh.sgid_index = (uint8_t)e->port.gid_tbl_len;
+		a->ah_attr.grh.sgid_index = (uint8_t)e->res->port.gid_tbl_len;
 		return true;
 	case TW_AV_PORT_2: a->ah_attr.port_num = 2; return true;
 	case TW_RD_ATOMIC_ABOVE_MAX:
@@ -939,29 +881,6 @@ static void test_reuse_after_error(void **state)
 	}
 }
 
-/* Waits (bounded) for @type about @qp on the async fd, acknowledging everything read. */
-static bool wait_qp_event(struct ibv_context *ctx, struct ibv_qp *qp, enum ibv_event_type type)
-{
-	long long end = now_ms() + WAIT_MS;
-
-	for (int seen = 0; seen < 32; seen++) {
-		struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
-		struct ibv_async_event ev;
-		long long left = end - now_ms();
-		bool match;
-
-		if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
-			return false;
-		if (ibv_get_async_event(ctx, &ev))
-			return false;
-		match = ev.event_type == type && ev.element.qp == qp;
-		ibv_ack_async_event(&ev);
-		if (match)
-			return true;
-	}
-	return false;
-}
-
 /* IBA §11.6.3: RTS -> SQD with EN_SQD_ASYNC_NOTIFY raises SQ Drained once the SQ is
  * empty; the QP can then return to RTS. */
 static void test_sqd_drained_event(void **state)
@@ -975,7 +894,7 @@ static void test_sqd_drained_event(void **state)
 	a.en_sqd_async_notify = 1;
 	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY), 0);
 	assert_int_equal(qp->state, IBV_QPS_SQD);
-	if (!wait_qp_event(e->res->ctx, qp, IBV_EVENT_SQ_DRAINED))
+	if (!tu_wait_qp_event(e->res->ctx, qp, IBV_EVENT_SQ_DRAINED, WAIT_MS))
 		fail_msg("no IBV_EVENT_SQ_DRAINED for the QP within %d ms", WAIT_MS);
 	assert_int_equal(query_state(qp, &draining), IBV_QPS_SQD);
 	assert_int_equal(draining, 0);

@@ -1,0 +1,317 @@
+#!/usr/bin/env bash
+# bench/run.sh — softverbs' performance against baselines taken in the same run.
+#
+# 1. Builds bench/baselines.c into a temporary directory and runs it (memcpy,
+#    null syscall, process_vm_writev/readv, cache-line ping-pong, wake-ups).
+# 2. When softverbs' data path works (build/bin/softverbs exists and a short
+#    ib_send_lat pair on it completes in time), runs Debian's perftest on
+#    softverbs, server and client as two processes on 127.0.0.1, and prints each
+#    figure as a ratio against the matching baseline. Otherwise says it skipped.
+#
+# Every number printed comes with the command that produced it (design.md §10).
+set -euo pipefail
+
+usage() {
+	cat <<'EOF'
+usage: bench/run.sh [--no-perftest] [--out DIR] [-- BASELINES_ARGS...]
+
+Builds bench/baselines.c (cc -O2 -std=c11 -D_GNU_SOURCE) into a temporary
+directory and runs it, then runs perftest on softverbs when its data path works:
+  ib_send_lat -s 2                        vs the cache-line one-way latency
+  ib_write_bw -s 65536, -s 1048576        vs process_vm_writev and memcpy (warm)
+  ib_write_bw -s 8 -t 128 -l 32           message rate, absolute
+Server and client are two processes on 127.0.0.1 (pinned to the two CPUs the
+baselines used, when there are two), each bounded by timeout(1).
+
+options:
+  --no-perftest    baselines only
+  --out DIR        keep the baselines JSON and the perftest logs in DIR
+  -h, --help       this text
+  -- ARGS          passed to baselines (e.g. -- --reps 11 --rep-ms 100)
+
+environment:
+  CC                 compiler (default cc)
+  SOFTVERBS_BUILD    softverbs' build directory (default build)
+  PERFTEST_TIMEOUT   seconds allowed for each perftest process (default 60)
+  PERFTEST_PORT      first TCP port for perftest's handshake (default 18600)
+EOF
+}
+
+cd "$(dirname "$0")/.."
+
+run_perftest=1
+out_dir=
+baseline_args=()
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--no-perftest) run_perftest=0 ;;
+	--out)
+		[ $# -ge 2 ] || { usage >&2; exit 2; }
+		out_dir=$2
+		shift
+		;;
+	-h | --help) usage; exit 0 ;;
+	--) shift; baseline_args=("$@"); break ;;
+	*) echo "run.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+	esac
+	shift
+done
+
+CC=${CC:-cc}
+build_dir=${SOFTVERBS_BUILD:-build}
+pt_timeout=${PERFTEST_TIMEOUT:-60}
+next_port=${PERFTEST_PORT:-18600}
+sv="$build_dir/bin/softverbs"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/softverbs-bench.XXXXXX")
+server_pid=
+cleanup() {
+	# Only the perftest server this script started, by its pid (a timeout(1)
+	# process, which passes the signal on to perftest).
+	if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+		kill "$server_pid" 2>/dev/null || true
+		wait "$server_pid" 2>/dev/null || true
+	fi
+	if [ -n "$out_dir" ]; then
+		mkdir -p "$out_dir"
+		cp "$tmp"/*.json "$tmp"/*.log "$out_dir"/ 2>/dev/null || true
+	fi
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------------------
+# baselines
+
+echo "== baselines"
+build_cmd=("$CC" -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -o "$tmp/baselines" bench/baselines.c)
+echo "build: ${build_cmd[*]}"
+"${build_cmd[@]}"
+
+baselines_json="$tmp/baselines.json"
+baselines_cmd=("$tmp/baselines" --json-file "$baselines_json" "${baseline_args[@]}")
+echo "run:   ${baselines_cmd[*]}"
+echo
+rc=0
+"${baselines_cmd[@]}" || rc=$?
+if [ "$rc" -ge 2 ]; then
+	echo "run.sh: baselines failed (exit status $rc)" >&2
+	exit "$rc"
+fi
+
+# baseline NAME BYTES [JSON]: the median of one result, or nothing if unavailable.
+# baselines --json writes each result on one line.
+baseline() {
+	local file=${3:-$baselines_json}
+	grep -F "\"name\": \"$1\", \"bytes\": $2," "$file" |
+		sed -n 's/.*"status": "ok", "median": \([^,]*\),.*/\1/p' | head -n 1
+}
+
+# json_int KEY: an integer (or null) field at the top of the baselines JSON.
+json_int() {
+	sed -n "s/^  \"$1\": \\([0-9]*\\|null\\),\$/\\1/p" "$baselines_json" | head -n 1
+}
+
+echo
+if [ "$run_perftest" -eq 0 ]; then
+	echo "perftest on softverbs: skipped (--no-perftest)"
+	exit 0
+fi
+
+# ---------------------------------------------------------------------------
+# perftest on softverbs
+
+skip() {
+	echo "perftest on softverbs: skipped ($1)"
+	exit 0
+}
+
+[ -x "$sv" ] || skip "data path not available: no $sv"
+for prog in ib_send_lat ib_write_bw timeout; do
+	command -v "$prog" >/dev/null || skip "$prog is not installed"
+done
+
+cpu_server=$(json_int cpu_parent)
+cpu_client=$(json_int cpu_child)
+pin_server=()
+pin_client=()
+if [ -n "$cpu_server" ] && [ "$cpu_server" != null ] && command -v taskset >/dev/null; then
+	pin_server=(taskset -c "$cpu_server")
+	pin_client=(taskset -c "$cpu_client")
+fi
+
+# The GID of 127.0.0.1 (RoCE v2, IPv4-mapped), so that both sides use loopback.
+gid_args=()
+gid_index=$("$sv" info 2>/dev/null |
+	sed -n 's/^gid\[ *\([0-9]*\)\] *::ffff:127\.0\.0\.1$/\1/p' | head -n 1) || true
+if [ -n "$gid_index" ]; then
+	gid_args=(-x "$gid_index")
+fi
+
+# is_listening PORT: some socket listens on TCP PORT (IPv4 or IPv6).
+is_listening() {
+	local hex
+	hex=$(printf '%04X' "$1")
+	cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+		awk -v p="$hex" '{ n = split($2, a, ":"); if (a[n] == p && $4 == "0A") f = 1 }
+			END { exit !f }'
+}
+
+# Commands of the last pair, for the report.
+server_cmd=
+client_cmd=
+
+# pair NAME PROGRAM ARGS...: runs PROGRAM as server and as client of 127.0.0.1,
+# each under timeout; the client's output goes to $tmp/NAME.client.log.
+# Succeeds when both exit 0.
+pair() {
+	local name=$1 prog=$2 port i rc_c=0 rc_s=0
+	shift 2
+	port=$next_port
+	while is_listening "$port"; do port=$((port + 1)); done
+	next_port=$((port + 1))
+
+	local srv=(timeout -k 5 "$pt_timeout" "${pin_server[@]}" "$sv" run -- "$prog" -p "$port"
+		"${gid_args[@]}" "$@")
+	local cli=(timeout -k 5 "$pt_timeout" "${pin_client[@]}" "$sv" run -- "$prog" -p "$port"
+		"${gid_args[@]}" "$@" 127.0.0.1)
+	server_cmd="${srv[*]}"
+	client_cmd="${cli[*]}"
+
+	"${srv[@]}" >"$tmp/$name.server.log" 2>&1 &
+	server_pid=$!
+	# Wait (at most 10 s) for the server's handshake socket, not a fixed delay.
+	for ((i = 0; i < 200; i++)); do
+		is_listening "$port" && break
+		kill -0 "$server_pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	if is_listening "$port"; then
+		"${cli[@]}" >"$tmp/$name.client.log" 2>&1 || rc_c=$?
+	else
+		rc_c=255
+		echo "server never listened on port $port" >"$tmp/$name.client.log"
+	fi
+	if [ "$rc_c" -ne 0 ]; then
+		kill "$server_pid" 2>/dev/null || true
+	fi
+	wait "$server_pid" || rc_s=$?
+	server_pid=
+	[ "$rc_c" -eq 0 ] && [ "$rc_s" -eq 0 ]
+}
+
+# column LOG SIZE COLUMN: the value under perftest's header COLUMN (e.g.
+# "t_typical[usec]") in the result row for SIZE bytes. The header names the
+# columns; the row is the last one after it whose first field is SIZE and whose
+# fields are all numbers.
+column() {
+	awk -v size="$2" -v want="$3" '
+	function trim(s) { sub(/^[ \t]+/, "", s); sub(/[ \t]+$/, "", s); return s }
+	/#bytes/ {
+		ncol = 0
+		line = $0
+		while (match(line, /#[a-z]+|[A-Za-z0-9_%. ]*\[[^\]]*\]/)) {
+			name[++ncol] = trim(substr(line, RSTART, RLENGTH))
+			line = substr(line, RSTART + RLENGTH)
+		}
+		next
+	}
+	ncol > 0 && $1 == size {
+		ok = 1
+		for (i = 1; i <= NF; i++)
+			if ($i !~ /^[0-9]+(\.[0-9]+)?$/) ok = 0
+		if (ok)
+			for (i = 1; i <= ncol && i <= NF; i++)
+				if (name[i] == want) val = $i
+	}
+	END { if (val == "") exit 1; print val }' "$1"
+}
+
+# calc EXPR: floating-point arithmetic (awk), printed with the given format.
+calc() {
+	awk "BEGIN { printf \"$1\", $2 }"
+}
+
+echo "== perftest on softverbs"
+if ! pair probe ib_send_lat -s 2 -n 5 || ! column "$tmp/probe.client.log" 2 't_typical[usec]' >/dev/null; then
+	echo "probe: $client_cmd"
+	echo "  client | $(tail -n 1 "$tmp/probe.client.log" 2>/dev/null)"
+	echo "  server | $(tail -n 1 "$tmp/probe.server.log" 2>/dev/null)"
+	skip "data path not available"
+fi
+
+failures=0
+report() {   # report LABEL: a failed run, with its command and the log's tail
+	failures=$((failures + 1))
+	echo "$1: failed or unparsable output"
+	echo "  server: $server_cmd"
+	echo "  client: $client_cmd"
+	tail -n 5 "$tmp/$2.client.log" | sed 's/^/  | /'
+}
+
+# Latency: perftest's typical (median) one-way latency vs the cache-line one-way.
+cl_ns=$(baseline cacheline_oneway 64)
+if pair send_lat ib_send_lat -s 2 -n 10000 &&
+	lat=$(column "$tmp/send_lat.client.log" 2 't_typical[usec]'); then
+	echo
+	echo "ib_send_lat -s 2: t_typical $lat µs one way"
+	echo "  server: $server_cmd"
+	echo "  client: $client_cmd"
+	if [ -n "$cl_ns" ]; then
+		echo "  vs cache line one way $cl_ns ns (baselines): $(calc '%.1f' "$lat * 1000 / $cl_ns")x"
+	fi
+else
+	report "ib_send_lat -s 2" send_lat
+fi
+
+# Bandwidth: perftest's average in Gb/s (10^9 bits) / 8 = GB/s, as the baselines.
+for size in 65536 1048576; do
+	name=write_bw_$size
+	if pair "$name" ib_write_bw -s "$size" -n 5000 --report_gbits &&
+		gbit=$(column "$tmp/$name.client.log" "$size" 'BW average[Gb/sec]'); then
+		gbs=$(calc '%.2f' "$gbit / 8")
+		echo
+		echo "ib_write_bw -s $size: $gbs GB/s ($gbit Gb/s average)"
+		echo "  server: $server_cmd"
+		echo "  client: $client_cmd"
+		pvm=$(baseline process_vm_writev "$size")
+		mc=$(baseline memcpy_warm "$size")
+		if [ -n "$pvm" ]; then
+			echo "  vs process_vm_writev $pvm GB/s (baselines): $(calc '%.2f' "$gbs / $pvm")"
+		fi
+		if [ -n "$mc" ]; then
+			echo "  vs memcpy warm $mc GB/s (baselines): $(calc '%.2f' "$gbs / $mc")"
+		fi
+	else
+		report "ib_write_bw -s $size" "$name"
+	fi
+done
+
+# Message rate: 8-byte writes, 32 per ibv_post_send, 128 outstanding; absolute.
+if pair msg_rate ib_write_bw -s 8 -t 128 -l 32 -n 102400 --report_gbits &&
+	mpps=$(column "$tmp/msg_rate.client.log" 8 'MsgRate[Mpps]'); then
+	echo
+	echo "ib_write_bw -s 8 -t 128 -l 32: $mpps Mpps"
+	echo "  server: $server_cmd"
+	echo "  client: $client_cmd"
+	call=$(baseline process_vm_writev_call 8)
+	if [ -n "$call" ]; then
+		echo "  (one process_vm_writev per message, $call ns (baselines), would cap it" \
+			"at $(calc '%.2f' "1000 / $call") Mpps)"
+	fi
+else
+	report "ib_write_bw -s 8 -t 128 -l 32" msg_rate
+fi
+
+# The cache-line latency follows where the hypervisor puts the vCPUs; measure it
+# again to show whether it moved while perftest ran.
+after_json="$tmp/baselines-after.json"
+after_cmd=("$tmp/baselines" --only cacheline --json-file "$after_json")
+if "${after_cmd[@]}" >/dev/null; then
+	echo
+	echo "cache line one way, again after perftest: $(baseline cacheline_oneway 64 "$after_json") ns"
+	echo "  command: ${after_cmd[*]}"
+fi
+
+[ "$failures" -eq 0 ]

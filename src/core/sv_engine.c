@@ -1,0 +1,580 @@
+#include "core/sv_engine.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "core/sv_obj.h"
+#include "core/sv_qp_data.h"
+#include "core/sv_qpn.h"
+#include "util/sv_log.h"
+
+_Atomic uint64_t sv_engine_app_polls;
+
+enum link_kind { LINK_LISTEN, LINK_ACCEPTED, LINK_CONNECTED, LINK_WAKE };
+
+/* A socket the progress thread watches. */
+struct link {
+	enum link_kind kind;
+	int fd;
+	uint32_t our_qpn, peer_qpn; /* once known */
+	bool bye;                   /* the peer said goodbye before hanging up */
+	uint64_t id;                /* unique: how a peer names its link */
+	struct link *next;
+};
+
+#define ATTACH_MAGIC 0x53564154u /* "SVAT" */
+#define BYE_MAGIC 0x53564259u    /* "SVBY" */
+
+struct attach_req {
+	uint32_t magic;
+	uint32_t src_qpn, dst_qpn, qp_type;
+	int32_t src_pid;
+};
+
+struct attach_rep {
+	uint32_t magic;
+	int32_t status; /* 0 or a negative errno */
+	int32_t pid;
+	uint32_t qpn;
+	uint64_t seg_len;
+};
+
+static struct {
+	pthread_mutex_t lock; /* guards everything below */
+	pid_t pid;            /* the process this state belongs to (fork) */
+	int epfd, wake_fd;
+	bool started;
+	uint64_t next_link_id;
+	struct link *links;
+	struct sv_qp **qps;
+	int n_qps, cap_qps;
+} eng = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void *progress_main(void *arg);
+
+static int watch(struct link *l)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.ptr = l };
+
+	if (epoll_ctl(eng.epfd, EPOLL_CTL_ADD, l->fd, &ev))
+		return -errno;
+	l->id = ++eng.next_link_id;
+	l->next = eng.links;
+	eng.links = l;
+	return 0;
+}
+
+static struct link *new_link(enum link_kind kind, int fd)
+{
+	struct link *l = calloc(1, sizeof(*l));
+
+	if (l) {
+		l->kind = kind;
+		l->fd = fd;
+	}
+	return l;
+}
+
+/* Unwatches and frees @l. Caller holds eng.lock. */
+static void drop_link(struct link *l)
+{
+	for (struct link **pp = &eng.links; *pp; pp = &(*pp)->next) {
+		if (*pp == l) {
+			*pp = l->next;
+			break;
+		}
+	}
+	epoll_ctl(eng.epfd, EPOLL_CTL_DEL, l->fd, NULL);
+	close(l->fd);
+	free(l);
+}
+
+/* Starts the engine of this process. Caller holds eng.lock. */
+static int engine_start(void)
+{
+	pthread_t thread;
+	struct link *wake;
+
+	if (eng.started && eng.pid == getpid())
+		return 0;
+	/* A forked child inherits a copy without the thread: start afresh. */
+	eng.links = NULL;
+	eng.n_qps = 0;
+	eng.epfd = epoll_create1(EPOLL_CLOEXEC);
+	eng.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (eng.epfd < 0 || eng.wake_fd < 0)
+		return -errno;
+	wake = new_link(LINK_WAKE, eng.wake_fd);
+	if (!wake || watch(wake))
+		return -ENOMEM;
+	if (pthread_create(&thread, NULL, progress_main, NULL))
+		return -EAGAIN;
+	pthread_detach(thread);
+	eng.pid = getpid();
+	eng.started = true;
+	return 0;
+}
+
+int sv_engine_add_qp(struct sv_qp *qp, uint32_t *qpn)
+{
+	int listen_fd, err;
+
+	pthread_mutex_lock(&eng.lock);
+	err = engine_start();
+	if (!err)
+		err = sv_qpn_alloc(qpn, qp, &listen_fd);
+	if (!err && listen_fd >= 0) {
+		struct link *l = new_link(LINK_LISTEN, listen_fd);
+
+		err = l ? watch(l) : -ENOMEM;
+	}
+	if (!err && eng.n_qps == eng.cap_qps) {
+		int cap = eng.cap_qps ? 2 * eng.cap_qps : 16;
+		struct sv_qp **q = realloc(eng.qps, (size_t)cap * sizeof(*q));
+
+		if (q) {
+			eng.qps = q;
+			eng.cap_qps = cap;
+		} else {
+			err = -ENOMEM;
+		}
+	}
+	if (!err)
+		eng.qps[eng.n_qps++] = qp;
+	else if (*qpn)
+		sv_qpn_free(*qpn);
+	pthread_mutex_unlock(&eng.lock);
+	return err;
+}
+
+void sv_engine_remove_qp(struct sv_qp *qp)
+{
+	uint32_t qpn = qp->ibv.qp_base.qp_num;
+
+	pthread_mutex_lock(&eng.lock);
+	for (int i = 0; i < eng.n_qps; i++) {
+		if (eng.qps[i] == qp) {
+			eng.qps[i] = eng.qps[--eng.n_qps];
+			break;
+		}
+	}
+	/* Connections that peers opened to this QP: hang them up (they see it as a goodbye
+	 * only if the QP said it; sv_qp_data sends it before we get here). */
+	for (struct link *l = eng.links, *next; l; l = next) {
+		next = l->next;
+		if (l->kind == LINK_ACCEPTED && l->our_qpn == qpn)
+			drop_link(l);
+	}
+	sv_qpn_free(qpn);
+	pthread_mutex_unlock(&eng.lock);
+	/* The progress thread may still hold a reference taken before we unlinked it. */
+	while (atomic_load(&qp->eng_ref))
+		sched_yield();
+}
+
+/* --- attach: the requester side ----------------------------------------------------------- */
+
+static int sock_connect_qpn(uint32_t qpn)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = 2 };
+	int fd, n;
+
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	n = sv_qpn_sockname(qpn, sa.sun_path + 1, sizeof(sa.sun_path) - 1);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&sa,
+		    (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n))) {
+		int err = errno == ECONNREFUSED ? -ENOENT : -errno;
+
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+static int recv_with_fds(int fd, void *buf, size_t len, int *fds, int n_fds)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * 4)];
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			      .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *c;
+	ssize_t r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+	int got = 0;
+
+	if (r < 0)
+		return -errno;
+	for (c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			int n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+			for (int i = 0; i < n; i++) {
+				int f;
+
+				memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+				if (got < n_fds)
+					fds[got++] = f;
+				else
+					close(f);
+			}
+		}
+	}
+	if ((size_t)r != len || got != n_fds) {
+		for (int i = 0; i < got; i++)
+			close(fds[i]);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+int sv_engine_connect(struct sv_qp *qp, uint32_t dest_qpn, struct sv_peer **out)
+{
+	struct attach_req req = {
+		.magic = ATTACH_MAGIC,
+		.src_qpn = qp->ibv.qp_base.qp_num,
+		.dst_qpn = dest_qpn,
+		.qp_type = qp->ibv.qp_base.qp_type,
+		.src_pid = getpid(),
+	};
+	struct attach_rep rep;
+	struct sv_peer *peer;
+	int fds[3], fd, err;
+	struct link *l;
+
+	fd = sock_connect_qpn(dest_qpn);
+	if (fd < 0)
+		return fd;
+	if (send(fd, &req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
+		err = -errno;
+		goto err_close;
+	}
+	err = recv_with_fds(fd, &rep, sizeof(rep), fds, 3);
+	if (err)
+		goto err_close;
+	if (rep.magic != ATTACH_MAGIC || rep.status) {
+		err = rep.status ? rep.status : -EPROTO;
+		goto err_fds;
+	}
+	peer = calloc(1, sizeof(*peer));
+	if (!peer) {
+		err = -ENOMEM;
+		goto err_fds;
+	}
+	peer->seg = mmap(NULL, rep.seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+	peer->mrs = mmap(NULL, SV_MR_TABLE_BYTES, PROT_READ, MAP_SHARED | MAP_NORESERVE, fds[1], 0);
+	if (peer->seg == MAP_FAILED || peer->mrs == MAP_FAILED) {
+		err = -ENOMEM;
+		if (peer->seg != MAP_FAILED)
+			munmap(peer->seg, rep.seg_len);
+		if (peer->mrs != MAP_FAILED)
+			munmap((void *)peer->mrs, SV_MR_TABLE_BYTES);
+		free(peer);
+		goto err_fds;
+	}
+	close(fds[0]);
+	close(fds[1]);
+	peer->seg_len = rep.seg_len;
+	peer->page = peer->seg;
+	peer->fifo = (struct shm_fifo *)((char *)peer->seg + SHM_QP_PAGE_SIZE);
+	peer->wake_fd = fds[2];
+	peer->pid = rep.pid;
+	peer->qpn = dest_qpn;
+	peer->sock = fd;
+
+	/* From now on the connection is watched: a hang-up means the peer is gone. */
+	l = new_link(LINK_CONNECTED, dup(fd));
+	if (l) {
+		l->our_qpn = req.src_qpn;
+		l->peer_qpn = dest_qpn;
+		pthread_mutex_lock(&eng.lock);
+		if (watch(l)) {
+			close(l->fd);
+			free(l);
+		} else {
+			peer->link_id = l->id;
+		}
+		pthread_mutex_unlock(&eng.lock);
+	}
+	*out = peer;
+	return 0;
+
+err_fds:
+	for (int i = 0; i < 3; i++)
+		close(fds[i]);
+err_close:
+	close(fd);
+	return err;
+}
+
+void sv_engine_disconnect(struct sv_peer *peer)
+{
+	uint32_t bye = BYE_MAGIC;
+
+	if (!peer)
+		return;
+	/* A goodbye first: the peer then knows the hang-up is not a crash. */
+	(void)!send(peer->sock, &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+	pthread_mutex_lock(&eng.lock);
+	for (struct link *l = eng.links, *next; l; l = next) {
+		next = l->next;
+		if (l->id == peer->link_id) {
+			/* Our own watch of this connection. */
+			drop_link(l);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&eng.lock);
+	close(peer->sock);
+	close(peer->wake_fd);
+	munmap(peer->seg, peer->seg_len);
+	munmap((void *)peer->mrs, SV_MR_TABLE_BYTES);
+	free(peer);
+}
+
+void sv_engine_wake_peer(struct sv_peer *peer)
+{
+	uint64_t one = 1;
+
+	(void)!write(peer->wake_fd, &one, sizeof(one));
+}
+
+void sv_engine_kick(void)
+{
+	uint64_t one = 1;
+
+	if (eng.started)
+		(void)!write(eng.wake_fd, &one, sizeof(one));
+}
+
+/* --- attach: the responder side (progress thread) ----------------------------------------- */
+
+static void send_with_fds(int fd, const void *buf, size_t len, const int *fds, int n_fds)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * 4)] = { 0 };
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *c;
+
+	if (n_fds) {
+		msg.msg_control = cbuf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n_fds);
+		c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n_fds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)n_fds);
+	}
+	(void)!sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* Answers an attach request on @l. Caller holds eng.lock (keeps the QP alive). */
+static void answer_attach(struct link *l, const struct attach_req *req)
+{
+	struct attach_rep rep = { .magic = ATTACH_MAGIC, .pid = getpid(), .qpn = req->dst_qpn };
+	struct sv_qp *qp = sv_qpn_owner(req->dst_qpn);
+	int fds[3];
+
+	if (!qp)
+		rep.status = -ENOENT;
+	else if (qp->ibv.qp_base.qp_type != req->qp_type)
+		rep.status = -EPROTOTYPE;
+	if (rep.status) {
+		send_with_fds(l->fd, &rep, sizeof(rep), NULL, 0);
+		return;
+	}
+	l->our_qpn = req->dst_qpn;
+	l->peer_qpn = req->src_qpn;
+	rep.seg_len = qp->seg_len;
+	fds[0] = qp->seg_fd;
+	fds[1] = to_svctx(qp->ibv.qp_base.context)->mrs.fd;
+	fds[2] = eng.wake_fd;
+	send_with_fds(l->fd, &rep, sizeof(rep), fds, 3);
+}
+
+/* A pinned QP by number, or NULL. */
+static struct sv_qp *pin_qp(uint32_t qpn)
+{
+	struct sv_qp *qp;
+
+	pthread_mutex_lock(&eng.lock);
+	qp = sv_qpn_owner(qpn);
+	if (qp)
+		atomic_fetch_add(&qp->eng_ref, 1);
+	pthread_mutex_unlock(&eng.lock);
+	return qp;
+}
+
+static void handle_link(struct link *l, uint32_t events)
+{
+	if (l->kind == LINK_WAKE) {
+		uint64_t v;
+
+		(void)!read(l->fd, &v, sizeof(v));
+		return;
+	}
+	if (l->kind == LINK_LISTEN) {
+		int fd;
+
+		while ((fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+			struct link *a = new_link(LINK_ACCEPTED, fd);
+
+			if (!a || watch(a)) {
+				close(fd);
+				free(a);
+			}
+		}
+		return;
+	}
+	if (events & EPOLLIN) {
+		union {
+			struct attach_req req;
+			uint32_t magic;
+		} m;
+		ssize_t r = recv(l->fd, &m, sizeof(m), MSG_DONTWAIT);
+
+		if (r == (ssize_t)sizeof(m.req) && m.magic == ATTACH_MAGIC &&
+		    l->kind == LINK_ACCEPTED) {
+			answer_attach(l, &m.req);
+			return;
+		}
+		if (r >= (ssize_t)sizeof(uint32_t) && m.magic == BYE_MAGIC) {
+			l->bye = true;
+			return;
+		}
+		if (r < 0 && errno == EAGAIN)
+			return;
+		/* r == 0 (hang-up) or garbage: the connection is over. */
+		events |= EPOLLHUP;
+	}
+	if (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
+		uint32_t our = l->our_qpn, peer = l->peer_qpn;
+		bool fatal = !l->bye;
+
+		drop_link(l);
+		if (our) {
+			struct sv_qp *qp;
+
+			pthread_mutex_unlock(&eng.lock);
+			qp = pin_qp(our);
+			if (qp) {
+				sv_qp_peer_lost(qp, peer, fatal);
+				atomic_fetch_sub(&qp->eng_ref, 1);
+			}
+			pthread_mutex_lock(&eng.lock);
+		}
+	}
+}
+
+/* --- the progress thread ------------------------------------------------------------------- */
+
+enum { MAX_PINNED = 256 };
+
+/* Pins up to MAX_PINNED QPs from @start; returns how many. */
+static int pin_some(struct sv_qp **out, int start, int *total)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&eng.lock);
+	*total = eng.n_qps;
+	for (int i = start; i < eng.n_qps && n < MAX_PINNED; i++) {
+		out[n] = eng.qps[i];
+		atomic_fetch_add(&out[n]->eng_ref, 1);
+		n++;
+	}
+	pthread_mutex_unlock(&eng.lock);
+	return n;
+}
+
+enum pass { PASS_WORK, PASS_ARM, PASS_DISARM };
+
+/* One pass over every QP. WORK: how much was done; ARM: 0 if a fifo had work. */
+static int pass_all(enum pass what, bool *timed)
+{
+	struct sv_qp *qps[MAX_PINNED];
+	int total, start = 0, result = what == PASS_ARM ? 1 : 0;
+
+	*timed = false;
+	do {
+		int n = pin_some(qps, start, &total);
+
+		for (int i = 0; i < n; i++) {
+			struct sv_qp *qp = qps[i];
+
+			switch (what) {
+			case PASS_WORK:
+				result += sv_qp_progress(qp);
+				break;
+			case PASS_ARM:
+				if (!sv_qp_arm(qp))
+					result = 0;
+				break;
+			case PASS_DISARM:
+				sv_qp_disarm(qp);
+				break;
+			}
+			if (sv_qp_needs_timer(qp))
+				*timed = true;
+			atomic_fetch_sub(&qp->eng_ref, 1);
+		}
+		start += n;
+	} while (start < total);
+	return result;
+}
+
+static void *progress_main(void *arg)
+{
+	struct epoll_event evs[16];
+	uint64_t seen_polls = 0;
+
+	(void)arg;
+	for (;;) {
+		uint64_t polls;
+		bool timed, armed = false;
+		int timeout, n;
+
+		if (pass_all(PASS_WORK, &timed))
+			continue;
+		polls = atomic_load_explicit(&sv_engine_app_polls, memory_order_relaxed);
+		if (polls != seen_polls) {
+			/* The application polls: it moves the work; look again in a while. */
+			seen_polls = polls;
+			timeout = 1;
+		} else {
+			if (!pass_all(PASS_ARM, &timed)) {
+				pass_all(PASS_DISARM, &timed);
+				continue;
+			}
+			armed = true;
+			timeout = timed ? 1 : -1;
+		}
+		n = epoll_wait(eng.epfd, evs, 16, timeout);
+		if (armed)
+			pass_all(PASS_DISARM, &timed);
+		pthread_mutex_lock(&eng.lock);
+		for (int i = 0; i < n; i++) {
+			struct link *l = evs[i].data.ptr;
+			bool live = false;
+
+			/* An earlier event of this batch may have dropped it. */
+			for (struct link *x = eng.links; x && !live; x = x->next)
+				live = x == l;
+			if (live)
+				handle_link(l, evs[i].events);
+		}
+		pthread_mutex_unlock(&eng.lock);
+	}
+	return NULL;
+}

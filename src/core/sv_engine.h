@@ -1,0 +1,59 @@
+/*
+ * The engine: one per process. It owns the QPN rendezvous sockets, answers peers that
+ * attach to this process's QPs, watches every QP connection for a peer that goes away,
+ * and runs the progress thread that moves work when the application does not poll.
+ *
+ * The progress thread sleeps in epoll: on the rendezvous and connection sockets and on
+ * one eventfd that producers signal only when they find a fifo armed. While the
+ * application polls its CQs (the poll path moves the same work itself) the thread does
+ * not arm the fifos, so producers never make a system call.
+ *
+ * Lock order: a QP's locks, then engine.lock. The engine never holds its lock while it
+ * takes a QP's: it pins QPs with a reference instead.
+ */
+#ifndef SV_ENGINE_H
+#define SV_ENGINE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/sv_mr.h"
+#include "wire/shm/shm_msg.h"
+
+struct sv_qp;
+
+/* A QP on the same host that we talk to: its segment and key table, mapped. */
+struct sv_peer {
+	int sock;             /* the attach connection: hang-up without goodbye = death */
+	pid_t pid;
+	uint32_t qpn;
+	void *seg;
+	size_t seg_len;
+	struct shm_qp_page *page;
+	struct shm_fifo *fifo;
+	const struct sv_mr_entry *mrs; /* the peer context's key table, read-only */
+	int wake_fd;          /* the peer engine's eventfd */
+	uint64_t cached_head; /* producer's copy of the peer fifo's head */
+	uint64_t link_id;     /* our engine's watch of sock */
+};
+
+/* Adds @qp to the engine (QPN, progress). Starts the engine on first use. */
+int sv_engine_add_qp(struct sv_qp *qp, uint32_t *qpn);
+/* Removes @qp; waits until the progress thread no longer uses it. */
+void sv_engine_remove_qp(struct sv_qp *qp);
+
+/* Attaches to QP @dest_qpn on this host. 0 and *peer, or a negative errno. */
+int sv_engine_connect(struct sv_qp *qp, uint32_t dest_qpn, struct sv_peer **peer);
+/* Says goodbye (graceful) and unmaps. */
+void sv_engine_disconnect(struct sv_peer *peer);
+
+/* Signals the peer's engine if its fifo was armed (after shm_fifo_publish said so). */
+void sv_engine_wake_peer(struct sv_peer *peer);
+/* Wakes our own progress thread (work it must look at: a blocked transmit). */
+void sv_engine_kick(void);
+
+/* The application polled: the progress thread may leave the fifos to it for a while. */
+extern _Atomic uint64_t sv_engine_app_polls;
+
+#endif

@@ -1,0 +1,103 @@
+/*
+ * shm_fifo: a bounded multi-producer, single-consumer message ring in shared memory.
+ *
+ * The ring lives in a segment that producer and consumer map at different addresses:
+ * it holds no pointers, only positions. A message takes one or more 64-byte slots: the
+ * first holds a sequence word and a 56-byte header, the payload follows in the next
+ * slots, contiguous modulo the ring size. A producer reserves slots by advancing
+ * `tail` (CAS: several processes may produce), writes, then publishes by storing
+ * seq = position + 1 in the first slot with release order. The consumer reads the
+ * slot at `head` when its seq says it is published, then zeroes the sequence words of
+ * the slots it consumed (so old payload never looks published) and advances `head`.
+ *
+ * Wakeups: a consumer about to sleep sets `armed`; a producer that finds it set after
+ * publishing clears it and signals the consumer's eventfd. A busy consumer never arms,
+ * so producing makes no system call (UCX's FIFO works the same way).
+ */
+#ifndef SHM_FIFO_H
+#define SHM_FIFO_H
+
+#include <assert.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHM_SLOT_SIZE 64
+#define SHM_HDR_SIZE (SHM_SLOT_SIZE - 8)
+
+struct shm_slot {
+	_Atomic uint64_t seq; /* position + 1 once published; 0 when free */
+	unsigned char hdr[SHM_HDR_SIZE];
+};
+
+struct shm_fifo {
+	/* Producers' and the consumer's indices on cache lines of their own. */
+	_Alignas(64) _Atomic uint64_t tail; /* next position to reserve (producers) */
+	_Alignas(64) _Atomic uint64_t head; /* next position to consume (consumer) */
+	_Alignas(64) _Atomic uint32_t armed; /* the consumer sleeps: wake it */
+	uint32_t nslots;                     /* a power of two */
+	_Alignas(64) struct shm_slot slots[];
+};
+
+static_assert(sizeof(struct shm_slot) == SHM_SLOT_SIZE, "a slot is one cache line");
+static_assert(offsetof(struct shm_fifo, head) == 64, "indices on separate lines");
+static_assert(offsetof(struct shm_fifo, slots) == 192, "fixed layout");
+
+static inline size_t shm_fifo_bytes(uint32_t nslots)
+{
+	return sizeof(struct shm_fifo) + (size_t)nslots * SHM_SLOT_SIZE;
+}
+
+/* Slots needed for a message with @payload bytes after its header. */
+static inline uint32_t shm_fifo_slots_for(uint32_t payload)
+{
+	return 1 + (payload + SHM_SLOT_SIZE - 1) / SHM_SLOT_SIZE;
+}
+
+void shm_fifo_init(struct shm_fifo *f, uint32_t nslots);
+
+/* --- producer ---------------------------------------------------------------------------- */
+
+/*
+ * Reserves @n slots; 0 and *pos, or -EAGAIN when the ring is full. @cached_head is the
+ * producer's private copy of head (read from the consumer's line only when needed).
+ */
+int shm_fifo_reserve(struct shm_fifo *f, uint32_t n, uint64_t *cached_head, uint64_t *pos);
+
+static inline struct shm_slot *shm_fifo_slot(struct shm_fifo *f, uint64_t pos)
+{
+	return &f->slots[pos & (f->nslots - 1)];
+}
+
+/* Copies payload bytes into the slots after the header slot at @pos. */
+void shm_fifo_put(struct shm_fifo *f, uint64_t pos, uint32_t off, const void *src, uint32_t len);
+
+/* Publishes the message at @pos. Returns true if the consumer must be woken. */
+bool shm_fifo_publish(struct shm_fifo *f, uint64_t pos);
+
+/* --- consumer ---------------------------------------------------------------------------- */
+
+/* The next published message, or NULL. */
+static inline struct shm_slot *shm_fifo_peek(struct shm_fifo *f, uint64_t *pos)
+{
+	uint64_t h = atomic_load_explicit(&f->head, memory_order_relaxed);
+	struct shm_slot *s = shm_fifo_slot(f, h);
+
+	/* Acquire: the header and payload written before publish are visible. */
+	if (atomic_load_explicit(&s->seq, memory_order_acquire) != h + 1)
+		return NULL;
+	*pos = h;
+	return s;
+}
+
+void shm_fifo_get(struct shm_fifo *f, uint64_t pos, uint32_t off, void *dst, uint32_t len);
+
+/* Frees the @n slots of the message at head. */
+void shm_fifo_release(struct shm_fifo *f, uint32_t n);
+
+/* Before sleeping: arm, then look again (a message published before arming is seen). */
+bool shm_fifo_arm(struct shm_fifo *f);
+void shm_fifo_disarm(struct shm_fifo *f);
+
+#endif

@@ -1,0 +1,88 @@
+/*
+ * The shm wire's messages: what one QP writes into its peer's inbound fifo, and the
+ * page each QP publishes for its peers (state, PD, access flags).
+ *
+ * RDMA WRITE and READ do not appear here: the requester performs them itself with
+ * process_vm_writev/readv after checking the target's key table and QP page (true
+ * one-sided operations: the target process does nothing). Everything that needs the
+ * target's CPU or its receive queue — SEND, WRITE with immediate (the notification),
+ * atomics — is a message, and the responder answers with ACK, ATOMIC_RESP or NAK.
+ */
+#ifndef SHM_MSG_H
+#define SHM_MSG_H
+
+#include <assert.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "wire/shm/shm_fifo.h"
+
+enum shm_op {
+	SHM_OP_SEND = 1,   /* payload in the ring (SHM_F_INLINE) or a list of sender SGEs */
+	SHM_OP_WRITE_IMM,  /* the data was written; consume a receive for the immediate */
+	SHM_OP_ATOMIC,     /* compare-and-swap or fetch-and-add at the responder */
+	SHM_OP_ACK,        /* every request up to msn completed at the responder */
+	SHM_OP_ATOMIC_RESP,/* the original value for request msn (acks it too) */
+	SHM_OP_NAK,        /* request msn failed at the responder (status: enum ibv_wc_status) */
+	SHM_OP_RNR,        /* request msn waits for a receive (not an error yet) */
+	SHM_OP_ACCESS_ERR, /* the requester found an access violation on this QP's memory */
+	SHM_OP_MAX,
+};
+
+enum shm_flags {
+	SHM_F_INLINE = 1 << 0,    /* SEND: the payload follows the header in the ring */
+	SHM_F_IMM = 1 << 1,       /* imm is valid */
+	SHM_F_SOLICITED = 1 << 2, /* the sender asked for a solicited event */
+	SHM_F_GRH = 1 << 3,       /* UD: the first 40 payload bytes are a GRH */
+	SHM_F_CMP_SWP = 1 << 4,   /* ATOMIC: compare and swap (else fetch and add) */
+};
+
+/* Header of every message: the 56 bytes after the slot's sequence word. */
+struct shm_msg {
+	uint8_t op;
+	uint8_t flags;
+	uint16_t nslots;   /* slots the whole message takes */
+	uint32_t len;      /* SEND / WRITE_IMM: message length in bytes */
+	uint32_t msn;      /* requests: message sequence number; ACK: the last one done */
+	uint32_t imm;      /* immediate data, network byte order */
+	uint32_t src_qpn;  /* the sending QP */
+	uint32_t aux;      /* UD: Q_Key; NAK: status; SEND rendezvous: number of SGEs */
+	union {
+		struct {
+			uint64_t addr;
+			uint64_t compare_add;
+			uint64_t swap;
+			uint32_t rkey;
+		} __attribute__((packed)) atomic;
+		uint64_t atomic_value; /* ATOMIC_RESP */
+	} u;
+};
+
+static_assert(sizeof(struct shm_msg) == SHM_HDR_SIZE, "the header fills the first slot");
+
+/* A sender buffer the responder pulls from (process_vm_readv), SEND rendezvous. */
+struct shm_rsge {
+	uint64_t addr; /* in the sender's address space */
+	uint64_t len;
+};
+
+#define SHM_QP_PAGE_MAGIC 0x53565150u /* "SVQP" */
+
+/* The page at the start of each QP's segment, read by its peers. */
+struct shm_qp_page {
+	uint32_t magic;
+	int32_t pid;
+	uint32_t qpn;
+	uint32_t qp_type;
+	_Atomic uint32_t state;  /* enum ibv_qp_state */
+	_Atomic uint32_t access; /* qp_access_flags */
+	_Atomic uint32_t pd;     /* PD handle: the key table's pd field */
+	_Atomic uint32_t qkey;
+	_Atomic uint32_t dest_qpn;
+	_Atomic uint32_t min_rnr_timer; /* what an RNR NAK from this QP asks the requester to wait */
+};
+
+#define SHM_QP_PAGE_SIZE 4096
+static_assert(sizeof(struct shm_qp_page) <= SHM_QP_PAGE_SIZE, "one page");
+
+#endif
