@@ -29,7 +29,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
@@ -592,6 +591,7 @@ static int pvm_child(void *arg, int rep_fd, int ctl_fd)
 
 	(void)arg;
 	h.buf = (uintptr_t)alloc_touched(PVM_BUF, 0x3c);
+	errno = 0;
 	if (process_vm_readv(getppid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof(word))
 		h.reverse_err = errno ? errno : EIO;
 	if (!write_all(rep_fd, &h, sizeof(h)))

@@ -100,12 +100,12 @@ if [ "$rc" -ge 2 ]; then
 	exit "$rc"
 fi
 
-# baseline NAME BYTES [JSON]: the median of one result, or nothing if unavailable.
-# baselines --json writes each result on one line.
+# baseline NAME BYTES [JSON]: the median of one result; nothing (and success) if
+# it is unavailable or was not measured. baselines writes each result on one line.
 baseline() {
 	local file=${3:-$baselines_json}
-	grep -F "\"name\": \"$1\", \"bytes\": $2," "$file" |
-		sed -n 's/.*"status": "ok", "median": \([^,]*\),.*/\1/p' | head -n 1
+	sed -n "/\"name\": \"$1\", \"bytes\": $2,/s/.*\"status\": \"ok\", \"median\": \\([^,]*\\),.*/\\1/p" \
+		"$file" | head -n 1
 }
 
 # json_int KEY: an integer (or null) field at the top of the baselines JSON.
@@ -158,9 +158,11 @@ is_listening() {
 			END { exit !f }'
 }
 
-# Commands of the last pair, for the report.
+# Commands and exit statuses of the last pair, for the report.
 server_cmd=
 client_cmd=
+server_rc=
+client_rc=
 
 # pair NAME PROGRAM ARGS...: runs PROGRAM as server and as client of 127.0.0.1,
 # each under timeout; the client's output goes to $tmp/NAME.client.log.
@@ -198,6 +200,8 @@ pair() {
 	fi
 	wait "$server_pid" || rc_s=$?
 	server_pid=
+	server_rc=$rc_s
+	client_rc=$rc_c
 	[ "$rc_c" -eq 0 ] && [ "$rc_s" -eq 0 ]
 }
 
@@ -228,39 +232,67 @@ column() {
 	END { if (val == "") exit 1; print val }' "$1"
 }
 
-# calc EXPR: floating-point arithmetic (awk), printed with the given format.
+# calc FORMAT EXPR: floating-point arithmetic (awk), printed with FORMAT.
 calc() {
 	awk "BEGIN { printf \"$1\", $2 }"
 }
 
 echo "== perftest on softverbs"
 if ! pair probe ib_send_lat -s 2 -n 5 || ! column "$tmp/probe.client.log" 2 't_typical[usec]' >/dev/null; then
+	# Exit status 124: timeout(1) ended it.
 	echo "probe: $client_cmd"
-	echo "  client | $(tail -n 1 "$tmp/probe.client.log" 2>/dev/null)"
-	echo "  server | $(tail -n 1 "$tmp/probe.server.log" 2>/dev/null)"
+	echo "  client (exit $client_rc) | $(tail -n 1 "$tmp/probe.client.log" 2>/dev/null)"
+	echo "  server (exit $server_rc) | $(tail -n 1 "$tmp/probe.server.log" 2>/dev/null)"
 	skip "data path not available"
 fi
+
+# The summary table: one row per comparison, printed at the end.
+summary=()
+row() {   # row TEST SOFTVERBS BASELINE RATIO
+	summary+=("$(printf '%-31s %-13s %-42s %s' "$1" "$2" "$3" "$4")")
+}
 
 failures=0
 report() {   # report LABEL: a failed run, with its command and the log's tail
 	failures=$((failures + 1))
-	echo "$1: failed or unparsable output"
+	echo "$1: failed or unparsable output (client exit $client_rc, server exit $server_rc)"
+	row "$1" "failed" "(see above)" "-"
 	echo "  server: $server_cmd"
 	echo "  client: $client_cmd"
 	tail -n 5 "$tmp/$2.client.log" | sed 's/^/  | /'
 }
 
+# cacheline TAG: the cache-line one-way latency measured now, in ns. It follows
+# where the hypervisor places the vCPUs and can move by several times within a
+# run, so ib_send_lat is bracketed by two of these.
+cacheline_cmd() {
+	echo "$tmp/baselines --only cacheline --json-file $tmp/cacheline-$1.json"
+}
+cacheline() {
+	"$tmp/baselines" --only cacheline --json-file "$tmp/cacheline-$1.json" >/dev/null 2>&1 || true
+	baseline cacheline_oneway 64 "$tmp/cacheline-$1.json"
+}
+
 # Latency: perftest's typical (median) one-way latency vs the cache-line one-way.
-cl_ns=$(baseline cacheline_oneway 64)
+cl_before=$(cacheline before)
 if pair send_lat ib_send_lat -s 2 -n 10000 &&
 	lat=$(column "$tmp/send_lat.client.log" 2 't_typical[usec]'); then
+	cl_after=$(cacheline after)
 	echo
 	echo "ib_send_lat -s 2: t_typical $lat µs one way"
 	echo "  server: $server_cmd"
 	echo "  client: $client_cmd"
-	if [ -n "$cl_ns" ]; then
-		echo "  vs cache line one way $cl_ns ns (baselines): $(calc '%.1f' "$lat * 1000 / $cl_ns")x"
-	fi
+	test="ib_send_lat -s 2" value="$lat us"
+	for when in before after; do
+		if [ "$when" = before ]; then cl=$cl_before; else cl=$cl_after; fi
+		[ -n "$cl" ] || continue
+		ratio="$(calc '%.1f' "$lat * 1000 / $cl")x"
+		echo "  vs cache line one way just $when, $(calc '%.1f' "$cl") ns: $ratio"
+		echo "     ($(cacheline_cmd "$when"))"
+		row "$test" "$value" "cache line one way, $when: $(calc '%.1f' "$cl") ns" "$ratio"
+		test="" value=""
+	done
+	[ -z "$test" ] || row "$test" "$value" "(cache line not measured)" "-"
 else
 	report "ib_send_lat -s 2" send_lat
 fi
@@ -277,12 +309,21 @@ for size in 65536 1048576; do
 		echo "  client: $client_cmd"
 		pvm=$(baseline process_vm_writev "$size")
 		mc=$(baseline memcpy_warm "$size")
+		if [ "$size" -ge 1048576 ]; then label="$((size / 1048576)) MiB"; else label="$((size / 1024)) KiB"; fi
+		test="ib_write_bw -s $size" value="$gbs GB/s"
 		if [ -n "$pvm" ]; then
-			echo "  vs process_vm_writev $pvm GB/s (baselines): $(calc '%.2f' "$gbs / $pvm")"
+			ratio=$(calc '%.2f' "$gbit / 8 / $pvm")
+			echo "  vs process_vm_writev $(calc '%.2f' "$pvm") GB/s (baselines): $ratio"
+			row "$test" "$value" "process_vm_writev $label: $(calc '%.2f' "$pvm") GB/s" "$ratio"
+			test="" value=""
 		fi
 		if [ -n "$mc" ]; then
-			echo "  vs memcpy warm $mc GB/s (baselines): $(calc '%.2f' "$gbs / $mc")"
+			ratio=$(calc '%.2f' "$gbit / 8 / $mc")
+			echo "  vs memcpy warm $(calc '%.2f' "$mc") GB/s (baselines): $ratio"
+			row "$test" "$value" "memcpy warm $label: $(calc '%.2f' "$mc") GB/s" "$ratio"
+			test="" value=""
 		fi
+		[ -z "$test" ] || row "$test" "$value" "(baselines not measured)" "-"
 	else
 		report "ib_write_bw -s $size" "$name"
 	fi
@@ -295,23 +336,20 @@ if pair msg_rate ib_write_bw -s 8 -t 128 -l 32 -n 102400 --report_gbits &&
 	echo "ib_write_bw -s 8 -t 128 -l 32: $mpps Mpps"
 	echo "  server: $server_cmd"
 	echo "  client: $client_cmd"
+	row "ib_write_bw -s 8 -t 128 -l 32" "$mpps Mpps" "(absolute)" "-"
 	call=$(baseline process_vm_writev_call 8)
 	if [ -n "$call" ]; then
-		echo "  (one process_vm_writev per message, $call ns (baselines), would cap it" \
+		echo "  (one process_vm_writev per message, $(calc '%.0f' "$call") ns (baselines), would cap it" \
 			"at $(calc '%.2f' "1000 / $call") Mpps)"
 	fi
 else
 	report "ib_write_bw -s 8 -t 128 -l 32" msg_rate
 fi
 
-# The cache-line latency follows where the hypervisor puts the vCPUs; measure it
-# again to show whether it moved while perftest ran.
-after_json="$tmp/baselines-after.json"
-after_cmd=("$tmp/baselines" --only cacheline --json-file "$after_json")
-if "${after_cmd[@]}" >/dev/null; then
-	echo
-	echo "cache line one way, again after perftest: $(baseline cacheline_oneway 64 "$after_json") ns"
-	echo "  command: ${after_cmd[*]}"
-fi
-
+echo
+echo "== summary: perftest on softverbs vs baselines of this run (commands above)"
+printf '%-31s %-13s %-42s %s\n' "perftest (client side)" "softverbs" "baseline" "ratio"
+for line in "${summary[@]}"; do
+	echo "$line"
+done
 [ "$failures" -eq 0 ]

@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/sv_engine.h"
 #include "core/sv_qp_data.h"
 #include "verbs.h"
 
@@ -74,6 +75,7 @@ static int cqx_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 	pthread_spin_lock(&cq->lock);
 	if (cq->tail == cq->head) {
 		pthread_spin_unlock(&cq->lock);
+		sv_engine_note_idle_poll();
 		return ENOENT;
 	}
 	cq->cur = cq->ring[cq->tail++ & (cq->size - 1)];
@@ -279,9 +281,14 @@ int sv_verbs_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 
 	if (n <= 0)
 		return n < 0 ? -EINVAL : 0;
+	int got;
+
 	/* Move the work of the CQ's QPs first: no thread hand-off on the fast path. */
 	sv_cq_progress(cq);
-	return sv_cq_poll(cq, n, wc);
+	got = sv_cq_poll(cq, n, wc);
+	if (!got)
+		sv_engine_note_idle_poll();
+	return got;
 }
 
 int sv_verbs_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)

@@ -17,7 +17,7 @@
 #include "core/sv_qpn.h"
 #include "util/sv_log.h"
 
-_Atomic uint64_t sv_engine_app_polls;
+_Atomic uint64_t sv_engine_idle_polls;
 
 enum link_kind { LINK_LISTEN, LINK_ACCEPTED, LINK_CONNECTED, LINK_WAKE };
 
@@ -167,12 +167,16 @@ void sv_engine_remove_qp(struct sv_qp *qp)
 			break;
 		}
 	}
-	/* Connections that peers opened to this QP: hang them up (they see it as a goodbye
-	 * only if the QP said it; sv_qp_data sends it before we get here). */
+	/* Connections that peers opened to this QP: say goodbye, then hang up (a hang-up
+	 * without goodbye means the process died). */
 	for (struct link *l = eng.links, *next; l; l = next) {
 		next = l->next;
-		if (l->kind == LINK_ACCEPTED && l->our_qpn == qpn)
+		if (l->kind == LINK_ACCEPTED && l->our_qpn == qpn) {
+			uint32_t bye = BYE_MAGIC;
+
+			(void)!send(l->fd, &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
 			drop_link(l);
+		}
 	}
 	sv_qpn_free(qpn);
 	pthread_mutex_unlock(&eng.lock);
@@ -534,32 +538,40 @@ static int pass_all(enum pass what, bool *timed)
 	return result;
 }
 
+/*
+ * The thread adapts to the application. Armed, it sleeps until a producer signals (a
+ * system call on the producer's side, then a wake-up here): right for an application
+ * that waits on a completion channel or does not call in at all. An application that
+ * busy-polls its CQs moves the work itself; there the thread stops arming, so producers
+ * make no system call, and looks only every millisecond. Busy polling shows as many
+ * polls that found nothing (sv_engine_idle_polls).
+ */
+enum { BUSY_POLLS = 64 }; /* empty polls per wake-up that mean "the application spins" */
+
 static void *progress_main(void *arg)
 {
 	struct epoll_event evs[16];
-	uint64_t seen_polls = 0;
+	uint64_t seen = 0;
 
 	(void)arg;
 	for (;;) {
+		bool timed, armed = false, busy;
 		uint64_t polls;
-		bool timed, armed = false;
 		int timeout, n;
 
 		if (pass_all(PASS_WORK, &timed))
 			continue;
-		polls = atomic_load_explicit(&sv_engine_app_polls, memory_order_relaxed);
-		if (polls != seen_polls) {
-			/* The application polls: it moves the work; look again in a while. */
-			seen_polls = polls;
-			timeout = 1;
-		} else {
+		polls = atomic_load_explicit(&sv_engine_idle_polls, memory_order_relaxed);
+		busy = polls - seen > BUSY_POLLS;
+		seen = polls;
+		if (!busy) {
 			if (!pass_all(PASS_ARM, &timed)) {
 				pass_all(PASS_DISARM, &timed);
 				continue;
 			}
 			armed = true;
-			timeout = timed ? 1 : -1;
 		}
+		timeout = busy || timed ? 1 : -1;
 		n = epoll_wait(eng.epfd, evs, 16, timeout);
 		if (armed)
 			pass_all(PASS_DISARM, &timed);

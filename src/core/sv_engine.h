@@ -6,7 +6,7 @@
  * The progress thread sleeps in epoll: on the rendezvous and connection sockets and on
  * one eventfd that producers signal only when they find a fifo armed. While the
  * application polls its CQs (the poll path moves the same work itself) the thread does
- * not arm the fifos, so producers never make a system call.
+ * not arm the fifos, so producers make no system call (see progress_main).
  *
  * Lock order: a QP's locks, then engine.lock. The engine never holds its lock while it
  * takes a QP's: it pins QPs with a reference instead.
@@ -53,7 +53,15 @@ void sv_engine_wake_peer(struct sv_peer *peer);
 /* Wakes our own progress thread (work it must look at: a blocked transmit). */
 void sv_engine_kick(void);
 
-/* The application polled: the progress thread may leave the fifos to it for a while. */
-extern _Atomic uint64_t sv_engine_app_polls;
+/* Polls that found nothing: the application busy-polls when this grows fast. */
+extern _Atomic uint64_t sv_engine_idle_polls;
+
+static inline void sv_engine_note_idle_poll(void)
+{
+	/* Not a read-modify-write: a lost count between threads is harmless here. */
+	atomic_store_explicit(&sv_engine_idle_polls,
+			      atomic_load_explicit(&sv_engine_idle_polls, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
 
 #endif

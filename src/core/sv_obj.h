@@ -139,6 +139,7 @@ struct sv_qp {
 	uint32_t rnr_msn;             /* the send an RNR NAK holds up */
 	uint64_t rnr_deadline;        /* ns; when its RNR retries run out (0: none) */
 	_Atomic int err_event;        /* -1, or the async event of an error to enter */
+	atomic_bool peer_left;        /* the peer said goodbye: let go of it when drained */
 	/* responder, under rx_busy */
 	uint32_t ack_due, ack_sent;   /* the last msn handled / acknowledged */
 	bool rnr_held;                /* the message at the head waits for a receive */

@@ -97,6 +97,7 @@ static void drop_peers(struct sv_qp *qp)
 	peer = qp->peer;
 	qp->peer = NULL;
 	qp->connect_pending = false;
+	atomic_store(&qp->peer_left, false);
 	d = qp->ud_dests;
 	qp->ud_dests = NULL;
 	pthread_spin_unlock(&qp->sq.lock);
@@ -967,18 +968,22 @@ static enum rx_result rx_send(struct sv_qp *qp, const struct shm_msg *m, uint64_
 			off += rs[i].len;
 		}
 	}
-	recv_complete(qp, &r, m, st, m->op == SHM_OP_WRITE_IMM ? m->len : m->len);
-	if (st) {
+	/*
+	 * Answer before the receive completes: once the application sees its receive it may
+	 * destroy the QP, and the requester must have its acknowledgement by then.
+	 */
+	if (st && type == IBV_QPT_RC) {
 		/* IBA 9.9.3: the responder enters Error; the requester learns by NAK. */
-		if (type == IBV_QPT_RC)
-			(void)answer(qp, SHM_OP_NAK, m->msn,
-				     st == IBV_WC_LOC_LEN_ERR ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_REM_OP_ERR, 0);
-		if (type != IBV_QPT_UD)
-			qp_fail(qp, SV_ERR_NO_EVENT);
-		return RX_CONSUMED;
-	}
-	if (type == IBV_QPT_RC)
+		(void)answer(qp, SHM_OP_NAK, m->msn,
+			     st == IBV_WC_LOC_LEN_ERR ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_REM_OP_ERR, 0);
+	} else if (type == IBV_QPT_RC) {
 		qp->ack_due = m->msn;
+		if (!answer(qp, SHM_OP_ACK, m->msn, 0, 0))
+			qp->ack_sent = m->msn;
+	}
+	recv_complete(qp, &r, m, st, m->len);
+	if (st && type != IBV_QPT_UD)
+		qp_fail(qp, SV_ERR_NO_EVENT);
 	return RX_CONSUMED;
 }
 
@@ -1094,7 +1099,7 @@ static int rx(struct sv_qp *qp)
 		shm_fifo_release(qp->rx, m.nslots);
 		n++;
 	}
-	/* One cumulative acknowledgement for the batch (IBA 9.7.5.1.2: coalesced ACKs). */
+	/* An acknowledgement that found the requester's fifo full goes now (cumulative). */
 	if (qp->ack_due != qp->ack_sent && !answer(qp, SHM_OP_ACK, qp->ack_due, 0, 0))
 		qp->ack_sent = qp->ack_due;
 	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
@@ -1121,10 +1126,14 @@ static int timers(struct sv_qp *qp)
 	return 1;
 }
 
+static int peer_left(struct sv_qp *qp);
+
 int sv_qp_progress(struct sv_qp *qp)
 {
 	int n = rx(qp);
 
+	if (atomic_load_explicit(&qp->peer_left, memory_order_relaxed))
+		n += peer_left(qp);
 	if ((qp->tx_blocked || qp->rnr_deadline || qp->connect_pending) &&
 	    !pthread_spin_trylock(&qp->sq.lock)) {
 		n += timers(qp);
@@ -1161,6 +1170,7 @@ void sv_qp_disarm(struct sv_qp *qp)
 bool sv_qp_needs_timer(struct sv_qp *qp)
 {
 	return qp->tx_blocked || qp->rnr_deadline || qp->connect_pending ||
+	       atomic_load_explicit(&qp->peer_left, memory_order_relaxed) ||
 	       atomic_load_explicit(&qp->err_event, memory_order_relaxed) >= 0;
 }
 
@@ -1176,9 +1186,44 @@ void sv_qp_peer_lost(struct sv_qp *qp, uint32_t peer_qpn, bool fatal)
 		return;
 	sv_dbg("qp %u: peer qp %u %s", qp->ibv.qp_base.qp_num, peer_qpn,
 	       fatal ? "died" : "went away");
-	/* A dead peer is fatal (async QP_FATAL); one that left makes our work fail as a
-	 * NIC's would once its retries ran out. */
-	qp_fail(qp, fatal ? (int)IBV_EVENT_QP_FATAL : SV_ERR_NO_EVENT);
+	if (fatal) {
+		/* A dead peer is fatal: async QP_FATAL, everything outstanding flushed. */
+		qp_fail(qp, IBV_EVENT_QP_FATAL);
+		return;
+	}
+	/* A peer that left (destroyed or reset its QP) does not touch our QP, as on a NIC:
+	 * once what it sent before leaving is handled, work waiting for it fails as if the
+	 * retries ran out (sv_qp_progress). */
+	atomic_store(&qp->peer_left, true);
+}
+
+/* The peer left: once its last messages are handled, let go of it. */
+static int peer_left(struct sv_qp *qp)
+{
+	struct sv_peer *gone = NULL;
+	uint64_t pos;
+
+	if (atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
+		return 0;
+	if (!shm_fifo_peek(qp->rx, &pos) && !pthread_spin_trylock(&qp->sq.lock)) {
+		gone = qp->peer;
+		qp->peer = NULL;
+		atomic_store(&qp->peer_left, false);
+		/* What still waits for an answer will never get one (IBA 9.7.5.1.1). */
+		for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
+			struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
+
+			if (w->state == SV_WQE_WAIT) {
+				wqe_done(w, IBV_WC_RETRY_EXC_ERR);
+				break;
+			}
+		}
+		complete_locked(qp);
+		pthread_spin_unlock(&qp->sq.lock);
+	}
+	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
+	sv_engine_disconnect(gone);
+	return gone != NULL;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1223,7 +1268,6 @@ void sv_cq_progress(struct sv_cq *cq)
 	struct sv_qp *pinned[16];
 	int n = 0;
 
-	atomic_fetch_add_explicit(&sv_engine_app_polls, 1, memory_order_relaxed);
 	pthread_spin_lock(&cq->qps_lock);
 	for (int i = 0; i < cq->n_qps && n < 16; i++) {
 		pinned[n] = cq->qps[i];
