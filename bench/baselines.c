@@ -359,6 +359,8 @@ struct result {
 	int err;             /* 0, or the errno that made the figure unavailable */
 	double median, min, max;
 	uint64_t iters;      /* iterations in one repetition */
+	bool has_sleeps;     /* wake-ups: sleeps is meaningful */
+	double sleeps;       /* median over repetitions of the sleeps per iteration */
 };
 
 #define MAX_RESULTS 24
@@ -414,14 +416,21 @@ static int timed(run_fn fn, void *ctx, uint64_t iters, uint64_t *ns)
 	return rc;
 }
 
+static double median_of(double *v, unsigned n)
+{
+	qsort(v, n, sizeof(v[0]), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /*
  * Calibrates the iteration count to about opt.rep_ms (the calibration runs also warm
- * caches, TLBs and the peer), then takes the median of opt.reps repetitions.
+ * caches, TLBs and the peer), then takes the median of opt.reps repetitions. With
+ * sleeps, fn leaves there the sleeps per iteration of its last run.
  */
-static void measure(struct result *r, run_fn fn, void *ctx)
+static void measure_sleeps(struct result *r, run_fn fn, void *ctx, const double *sleeps)
 {
 	const uint64_t target = (uint64_t)opt.rep_ms * 1000000;
-	double v[REPS_MAX];
+	double v[REPS_MAX], sl[REPS_MAX];
 	uint64_t iters = 1, ns;
 	int rc;
 
@@ -441,15 +450,21 @@ static void measure(struct result *r, run_fn fn, void *ctx)
 		if (rc < 0)
 			goto fail;
 		v[i] = figure(r, r->iters, ns);
+		sl[i] = sleeps ? *sleeps : 0;
 	}
-	qsort(v, opt.reps, sizeof(v[0]), cmp_double);
+	r->median = median_of(v, opt.reps);
 	r->min = v[0];
 	r->max = v[opt.reps - 1];
-	r->median = opt.reps % 2 ? v[opt.reps / 2]
-				 : (v[opt.reps / 2 - 1] + v[opt.reps / 2]) / 2;
+	r->has_sleeps = sleeps != NULL;
+	r->sleeps = median_of(sl, opt.reps);
 	return;
 fail:
 	r->err = -rc;
+}
+
+static void measure(struct result *r, run_fn fn, void *ctx)
+{
+	measure_sleeps(r, fn, ctx, NULL);
 }
 
 /* -------------------------------------------------------------------------- */
@@ -687,6 +702,7 @@ struct spin_ctx {
 	atomic_uint *turn;
 	bool yield;          /* one CPU: spinning would wait for a time slice */
 	const struct child *ch;
+	double sleeps;       /* futex: sleeps per round trip in the last run */
 };
 
 static int pingpong_child(void *arg, int rep_fd, int ctl_fd)
@@ -744,7 +760,7 @@ static atomic_uint *shared_word(void)
 static void bench_pingpong(void)
 {
 	struct child ch;
-	struct spin_ctx c = { shared_word(), cpus.cpu_parent < 0, &ch };
+	struct spin_ctx c = { shared_word(), cpus.cpu_parent < 0, &ch, 0 };
 	struct result *r = result_new("cacheline_oneway", "cache line, one way", 64, UNIT_NS, 2);
 
 	atomic_store(c.turn, TURN_PARENT);
@@ -759,6 +775,45 @@ static void bench_pingpong(void)
 /* -------------------------------------------------------------------------- */
 /* wake-up round trips                                                         */
 
+/*
+ * Whether a blocking hand-off really slept depends on timing: when the peer answers
+ * before the waiter has gone to sleep, read() or FUTEX_WAIT returns at once, and two
+ * processes can keep catching each other awake for a long time. Voluntary context
+ * switches of both processes tell the two regimes apart: 2 per round trip when each
+ * side slept and was woken, near 0 when neither did.
+ */
+static long voluntary_switches(pid_t pid)
+{
+	char path[64], line[128];
+	long n = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1)
+			break;
+	}
+	fclose(f);
+	return n;
+}
+
+static long both_switches(pid_t child)
+{
+	long a = voluntary_switches(getpid()), b = voluntary_switches(child);
+
+	return a < 0 || b < 0 ? -1 : a + b;
+}
+
+static void note_sleeps(double *out, long before, pid_t child, uint64_t iters)
+{
+	long after = both_switches(child);
+
+	*out = before < 0 || after < 0 ? -1 : (double)(after - before) / (double)iters;
+}
+
 /* Interrupted by SIGCHLD or woken by nothing: is the peer still there? */
 static int wait_interrupted(const struct child *ch)
 {
@@ -768,6 +823,7 @@ static int wait_interrupted(const struct child *ch)
 struct efd_ctx {
 	int req, rep;        /* eventfds: parent -> child, child -> parent */
 	const struct child *ch;
+	double sleeps;       /* sleeps per round trip in the last run */
 };
 
 #define EFD_QUIT UINT64_C(1000)
@@ -796,6 +852,7 @@ static int run_eventfd(void *p, uint64_t iters)
 {
 	struct efd_ctx *c = p;
 	uint64_t v, one = 1;
+	long before = both_switches(c->ch->pid);
 
 	for (uint64_t i = 0; i < iters; i++) {
 		if (write(c->req, &one, sizeof(one)) != (ssize_t)sizeof(one))
@@ -807,13 +864,14 @@ static int run_eventfd(void *p, uint64_t iters)
 				return rc;
 		}
 	}
+	note_sleeps(&c->sleeps, before, c->ch->pid, iters);
 	return 0;
 }
 
 static void bench_eventfd(void)
 {
 	struct child ch;
-	struct efd_ctx c = { eventfd(0, EFD_CLOEXEC), eventfd(0, EFD_CLOEXEC), &ch };
+	struct efd_ctx c = { eventfd(0, EFD_CLOEXEC), eventfd(0, EFD_CLOEXEC), &ch, 0 };
 	struct result *r = result_new("eventfd_wake_rtt", "eventfd wake-up, round trip", 0,
 				      UNIT_US, 1);
 	uint64_t quit = EFD_QUIT;
@@ -821,7 +879,7 @@ static void bench_eventfd(void)
 	if (c.req < 0 || c.rep < 0)
 		die("eventfd: %s", strerror(errno));
 	child_start(&ch, eventfd_child, &c);
-	measure(r, run_eventfd, &c);
+	measure_sleeps(r, run_eventfd, &c, &c.sleeps);
 	if (write(c.req, &quit, sizeof(quit)) != (ssize_t)sizeof(quit))
 		r->err = r->err ? r->err : errno;
 	if (child_stop(&ch, r->err != 0) != 0 && r->err == 0)
@@ -863,6 +921,7 @@ static int futex_child(void *arg, int rep_fd, int ctl_fd)
 static int run_futex(void *p, uint64_t iters)
 {
 	struct spin_ctx *c = p;
+	long before = both_switches(c->ch->pid);
 
 	for (uint64_t i = 0; i < iters; i++) {
 		uint64_t since = 0;
@@ -883,19 +942,20 @@ static int run_futex(void *p, uint64_t iters)
 				return -ETIMEDOUT;
 		}
 	}
+	note_sleeps(&c->sleeps, before, c->ch->pid, iters);
 	return 0;
 }
 
 static void bench_futex(void)
 {
 	struct child ch;
-	struct spin_ctx c = { shared_word(), false, &ch };
+	struct spin_ctx c = { shared_word(), false, &ch, 0 };
 	struct result *r = result_new("futex_wake_rtt", "futex wake-up, round trip", 0,
 				      UNIT_US, 1);
 
 	atomic_store(c.turn, TURN_PARENT);
 	child_start(&ch, futex_child, &c);
-	measure(r, run_futex, &c);
+	measure_sleeps(r, run_futex, &c, &c.sleeps);
 	atomic_store_explicit(c.turn, TURN_QUIT, memory_order_release);
 	futex_wake(c.turn);
 	if (child_stop(&ch, r->err != 0) != 0 && r->err == 0)
@@ -1008,7 +1068,10 @@ static void print_table(FILE *f)
 		fprintf(f, fmt, r->min);
 		fputc(' ', f);
 		fprintf(f, fmt, r->max);
-		fprintf(f, "  %s\n", r->unit == UNIT_US ? "µs" : unit_name[r->unit]);
+		fprintf(f, "  %s", r->unit == UNIT_US ? "µs" : unit_name[r->unit]);
+		if (r->has_sleeps && r->sleeps >= 0)
+			fprintf(f, "  (%.2f sleeps per round trip)", r->sleeps);
+		fputc('\n', f);
 	}
 	if (opt.groups & GROUP_PVM)
 		fprintf(f, "\nprocess_vm_readv/writev: parent -> child %s; child -> parent "
@@ -1070,6 +1133,8 @@ static void print_json(FILE *f)
 			fprintf(f, "\"status\": \"ok\", \"median\": %.6g, \"min\": %.6g, "
 				"\"max\": %.6g, \"iters\": %" PRIu64, r->median, r->min, r->max,
 				r->iters);
+			if (r->has_sleeps)
+				fprintf(f, ", \"sleeps_per_iter\": %.4g", r->sleeps);
 		}
 		fprintf(f, "}%s\n", i + 1 < nresults ? "," : "");
 	}

@@ -183,8 +183,8 @@ pair() {
 
 	"${srv[@]}" >"$tmp/$name.server.log" 2>&1 &
 	server_pid=$!
-	# Wait (at most 10 s) for the server's handshake socket, not a fixed delay.
-	for ((i = 0; i < 200; i++)); do
+	# Wait for the server's handshake socket (polled, at most PERFTEST_TIMEOUT).
+	for ((i = 0; i < pt_timeout * 20; i++)); do
 		is_listening "$port" && break
 		kill -0 "$server_pid" 2>/dev/null || break
 		sleep 0.05

@@ -23,3 +23,31 @@ finish() {
   echo "$(basename "$0" .sh): $PASS passed, $FAIL failed"
   [ "$FAIL" -eq 0 ]
 }
+
+# wait_listen PORT PID: until PID listens on TCP PORT (bounded: 5 s), or PID exits.
+wait_listen() {
+  for _ in $(seq 100); do
+    ss -ltn 2>/dev/null | grep -q ":$1 " && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
+# pair NAME PORT PROGRAM ARGS...: runs PROGRAM as server and as client to 127.0.0.1 on
+# softverbs, both bounded by a timeout; checks both exit 0. Output in $TMP/NAME.{srv,cli}.
+pair() {
+  local name=$1 port=$2; shift 2
+  timeout 60 "$SV" run "$@" >"$TMP/$name.srv" 2>&1 &
+  local srv=$!
+  wait_listen "$port" $srv
+  timeout 60 "$SV" run "$@" 127.0.0.1 >"$TMP/$name.cli" 2>&1
+  local crc=$?
+  wait $srv
+  local src=$?
+  check "$name: client exits 0" test $crc -eq 0
+  check "$name: server exits 0" test $src -eq 0
+  if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
+    tail -5 "$TMP/$name.srv" "$TMP/$name.cli" | sed 's/^/    /'
+  fi
+}
