@@ -1,0 +1,80 @@
+/*
+ * Internal to the data path (sv_qp_data.c, sv_req.c, sv_resp.c): what the requester
+ * and responder share.
+ */
+#ifndef SV_QP_PRIV_H
+#define SV_QP_PRIV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "core/sv_engine.h"
+#include "core/sv_obj.h"
+#include "core/sv_qp_data.h"
+
+enum {
+	SV_FIFO_SLOTS = 2048,      /* 128 KiB of inbound fifo per QP */
+	SV_INLINE_MAX = 8192,      /* larger SENDs: pulled by the responder, or chunked */
+	SV_CHUNK = 8192,           /* bounce copy: bytes per message */
+	SV_UD_GRH = 40,
+	SV_UD_MAX_DESTS = 64,
+	SV_RX_BUDGET = 64,
+	SV_IOV_MAX = 64,
+};
+
+struct sv_ud_dests {
+	int n;
+	struct sv_peer *peer[SV_UD_MAX_DESTS];
+};
+
+static inline uint64_t sv_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* msn order with wrap-around. */
+static inline bool sv_msn_le(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) <= 0;
+}
+
+static inline struct sv_context *sv_qp_ctx(struct sv_qp *qp)
+{
+	return to_svctx(qp->ibv.qp_base.context);
+}
+
+/* Asks for ERR (with async event @ev, or SV_ERR_NO_EVENT) once the locks are released. */
+static inline void sv_qp_fail(struct sv_qp *qp, int ev)
+{
+	int none = -1;
+
+	atomic_compare_exchange_strong(&qp->err_event, &none, ev);
+}
+
+static inline void sv_wqe_done(struct sv_send_wqe *w, enum ibv_wc_status status)
+{
+	w->state = SV_WQE_DONE;
+	w->status = (uint8_t)status;
+}
+
+enum ibv_wc_opcode sv_wc_opcode_of(uint32_t wr_opcode);
+
+/* sv_req.c */
+int sv_put_msg(struct sv_peer *peer, struct shm_msg *m, const void *payload,
+	       const struct iovec *iov, int n_iov, uint32_t len);
+enum ibv_wc_status sv_cma_copy(pid_t pid, struct iovec *local, int n_local, uint64_t remote,
+			       uint64_t len, bool write);
+void sv_req_answer(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos);
+void sv_req_complete_locked(struct sv_qp *qp);
+int sv_req_timers(struct sv_qp *qp);
+void sv_req_fail_waiting(struct sv_qp *qp, enum ibv_wc_status status);
+
+/* sv_resp.c */
+int sv_resp_rx(struct sv_qp *qp);
+
+#endif

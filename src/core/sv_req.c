@@ -1,0 +1,548 @@
+/* The requester: transmits the send queue, reports completions in order. */
+#include <endian.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/sv_cq.h"
+#include "core/sv_qp_priv.h"
+#include "util/sv_log.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* requester                                                                                */
+
+/* Where a WQE's data is: SGEs checked against our key table (IBA 10.6.3: lkey, PD, range). */
+static enum ibv_wc_status local_iov(struct sv_qp *qp, const struct sv_send_wqe *w, uint32_t need,
+				    struct iovec *iov, int *n_iov, uint64_t *total)
+{
+	const struct sv_mr_entry *slots = sv_qp_ctx(qp)->mrs.slots;
+
+	*n_iov = 0;
+	*total = 0;
+	for (uint32_t i = 0; i < w->num_sge; i++) {
+		const struct ibv_sge *sge = &w->sge[i];
+		uint64_t va;
+
+		if (!sge->length)
+			continue;
+		if (sv_mr_check(slots, sge->lkey, qp->pd->handle, need, sge->addr, sge->length, &va))
+			return IBV_WC_LOC_PROT_ERR;
+		iov[*n_iov].iov_base = (void *)(uintptr_t)va;
+		iov[*n_iov].iov_len = sge->length;
+		(*n_iov)++;
+		*total += sge->length;
+	}
+	return IBV_WC_SUCCESS;
+}
+
+/* The WQE's data: its inline copy, or its SGEs checked for @need. */
+static enum ibv_wc_status wqe_iov(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t need,
+				  struct iovec *iov, int *n_iov, uint64_t *total)
+{
+	if (w->send_flags & IBV_SEND_INLINE) {
+		iov[0].iov_base = sv_send_wqe_inline(w, &qp->sq);
+		iov[0].iov_len = w->inline_len;
+		*n_iov = w->inline_len ? 1 : 0;
+		*total = w->inline_len;
+		return IBV_WC_SUCCESS;
+	}
+	return local_iov(qp, w, need, iov, n_iov, total);
+}
+
+static bool peer_ready(const struct sv_peer *peer)
+{
+	uint32_t st = atomic_load_explicit(&peer->page->state, memory_order_acquire);
+
+	return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD;
+}
+
+/* The responder's checks, done by the requester on the peer's published page and keys. */
+static enum ibv_wc_status remote_range(const struct sv_peer *peer, uint32_t rkey, uint64_t addr,
+				       uint64_t len, uint32_t need, uint64_t *va)
+{
+	uint32_t pd = atomic_load_explicit(&peer->page->pd, memory_order_relaxed);
+
+	if (!(atomic_load_explicit(&peer->page->access, memory_order_relaxed) & need))
+		return IBV_WC_REM_ACCESS_ERR;
+	if (sv_mr_check(peer->mrs, rkey, pd, need, addr, len, va) != SV_ACCESS_OK)
+		return IBV_WC_REM_ACCESS_ERR;
+	return IBV_WC_SUCCESS;
+}
+
+/* One copy between our memory and the peer's: process_vm_writev / readv. */
+enum ibv_wc_status sv_cma_copy(pid_t pid, struct iovec *local, int n_local, uint64_t remote,
+				   uint64_t len, bool write)
+{
+	static bool warned;
+	uint64_t done = 0;
+
+	while (done < len) {
+		struct iovec r = { .iov_base = (void *)(uintptr_t)(remote + done), .iov_len = len - done };
+		struct iovec l[SV_IOV_MAX];
+		int nl = 0;
+		uint64_t skip = done;
+		ssize_t n;
+
+		/* The local side from byte `done` on. */
+		for (int i = 0; i < n_local; i++) {
+			if (skip >= local[i].iov_len) {
+				skip -= local[i].iov_len;
+				continue;
+			}
+			l[nl].iov_base = (char *)local[i].iov_base + skip;
+			l[nl].iov_len = local[i].iov_len - skip;
+			skip = 0;
+			nl++;
+		}
+		n = write ? process_vm_writev(pid, l, (unsigned long)nl, &r, 1, 0)
+			  : process_vm_readv(pid, l, (unsigned long)nl, &r, 1, 0);
+		if (n <= 0) {
+			if (n < 0 && errno == ESRCH)
+				return IBV_WC_RETRY_EXC_ERR; /* the peer is gone */
+			if (n < 0 && errno == EPERM && !warned) {
+				warned = true;
+				sv_err("process_vm_%sv refused (EPERM): cross-memory attach is not "
+				       "permitted here", write ? "write" : "read");
+			}
+			return n < 0 && errno == EPERM ? IBV_WC_GENERAL_ERR : IBV_WC_REM_ACCESS_ERR;
+		}
+		done += (uint64_t)n;
+	}
+	return IBV_WC_SUCCESS;
+}
+
+/* Writes a message into @peer's fifo: header, then @payload (or @iov). -EAGAIN if full. */
+int sv_put_msg(struct sv_peer *peer, struct shm_msg *m, const void *payload,
+		   const struct iovec *iov, int n_iov, uint32_t len)
+{
+	uint32_t n = shm_fifo_slots_for(len);
+	struct shm_slot *slot;
+	uint64_t pos;
+
+	if (shm_fifo_reserve(peer->fifo, n, &peer->cached_head, &pos))
+		return -EAGAIN;
+	m->nslots = (uint16_t)n;
+	slot = shm_fifo_slot(peer->fifo, pos);
+	memcpy(slot->hdr, m, sizeof(*m));
+	if (payload) {
+		shm_fifo_put(peer->fifo, pos, 0, payload, len);
+	} else {
+		uint32_t off = 0;
+
+		for (int i = 0; i < n_iov; i++) {
+			shm_fifo_put(peer->fifo, pos, off, iov[i].iov_base, (uint32_t)iov[i].iov_len);
+			off += (uint32_t)iov[i].iov_len;
+		}
+	}
+	if (shm_fifo_publish(peer->fifo, pos))
+		sv_engine_wake_peer(peer);
+	return 0;
+}
+
+static struct sv_peer *ud_dest(struct sv_qp *qp, uint32_t qpn)
+{
+	struct sv_ud_dests *d = qp->ud_dests;
+	struct sv_peer *peer;
+
+	if (!d) {
+		d = calloc(1, sizeof(*d));
+		if (!d)
+			return NULL;
+		qp->ud_dests = d;
+	}
+	for (int i = 0; i < d->n; i++)
+		if (d->peer[i]->qpn == qpn)
+			return d->peer[i];
+	if (sv_engine_connect(qp, qpn, &peer))
+		return NULL;
+	if (d->n == SV_UD_MAX_DESTS) {
+		/* Forget the oldest destination. */
+		sv_engine_disconnect(d->peer[0]);
+		memmove(&d->peer[0], &d->peer[1], (SV_UD_MAX_DESTS - 1) * sizeof(d->peer[0]));
+		d->n--;
+	}
+	d->peer[d->n++] = peer;
+	return peer;
+}
+
+/* The GRH a UD receiver finds in front of the data (IPv6 form; IBA 8.3, RoCE v2 GIDs). */
+static void ud_grh(struct sv_qp *qp, const struct sv_send_wqe *w, unsigned char grh[SV_UD_GRH])
+{
+	struct sv_context *ctx = sv_qp_ctx(qp);
+	struct ibv_grh *g = (struct ibv_grh *)grh;
+	uint32_t vtf = 6u << 28;
+
+	memset(grh, 0, SV_UD_GRH);
+	g->version_tclass_flow = htobe32(vtf);
+	g->next_hdr = 17; /* UDP: RoCE v2 */
+	g->hop_limit = 64;
+	g->sgid = ctx->host.gids[0].gid;
+	g->dgid = w->ud.is_global ? w->ud.dgid : ctx->host.gids[0].gid;
+}
+
+enum tx_result { TX_DONE, TX_WAIT, TX_BLOCKED };
+
+
+static enum tx_result tx_send(struct sv_qp *qp, struct sv_peer *peer, struct sv_send_wqe *w,
+			      bool reliable)
+{
+	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
+	struct shm_msg m = { .src_qpn = qp->ibv.qp_base.qp_num };
+	struct iovec iov[SV_IOV_MAX];
+	struct shm_rsge rs[SV_IOV_MAX];
+	unsigned char grh[SV_UD_GRH];
+	enum ibv_wc_status st;
+	uint64_t total;
+	int n_iov, err;
+
+	st = wqe_iov(qp, w, 0, iov, &n_iov, &total);
+	if (st) {
+		sv_wqe_done(w, st);
+		return TX_DONE;
+	}
+	m.op = w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ? SHM_OP_WRITE_IMM : SHM_OP_SEND;
+	m.flags = (w->send_flags & IBV_SEND_SOLICITED) ? SHM_F_SOLICITED : 0;
+	if (w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+		m.flags |= SHM_F_IMM;
+		m.imm = w->imm_data;
+	}
+	m.len = (uint32_t)total;
+	if (reliable)
+		m.msn = qp->next_msn + 1;
+
+	if (m.op == SHM_OP_WRITE_IMM) {
+		err = sv_put_msg(peer, &m, NULL, NULL, 0, 0);
+	} else if (type == IBV_QPT_UD) {
+		/* IBA 9.8.3: Q_Keys with the high bit set mean "use the sender QP's own". */
+		m.aux = (w->ud.remote_qkey & 0x80000000u) ? qp->attr.qkey : w->ud.remote_qkey;
+		if (total > 4096) { /* one packet of the path MTU (IBA 10.7.2.2) */
+			sv_wqe_done(w, IBV_WC_LOC_LEN_ERR);
+			return TX_DONE;
+		}
+		ud_grh(qp, w, grh);
+		m.flags |= SHM_F_INLINE | SHM_F_GRH;
+		m.len = (uint32_t)total + SV_UD_GRH;
+		memmove(&iov[1], &iov[0], (size_t)n_iov * sizeof(iov[0]));
+		iov[0].iov_base = grh;
+		iov[0].iov_len = SV_UD_GRH;
+		err = sv_put_msg(peer, &m, NULL, iov, n_iov + 1, m.len);
+	} else if (total <= SV_INLINE_MAX) {
+		m.flags |= SHM_F_INLINE;
+		err = sv_put_msg(peer, &m, NULL, iov, n_iov, (uint32_t)total);
+	} else {
+		/* Rendezvous: the responder pulls straight from our buffers. */
+		for (int i = 0; i < n_iov; i++) {
+			rs[i].addr = (uintptr_t)iov[i].iov_base;
+			rs[i].len = iov[i].iov_len;
+		}
+		m.aux = (uint32_t)n_iov;
+		err = sv_put_msg(peer, &m, rs, NULL, 0, (uint32_t)(n_iov * sizeof(rs[0])));
+	}
+	if (err)
+		return TX_BLOCKED;
+	if (!reliable) {
+		sv_wqe_done(w, IBV_WC_SUCCESS);
+		return TX_DONE;
+	}
+	w->msn = ++qp->next_msn;
+	w->state = SV_WQE_WAIT;
+	return TX_WAIT;
+}
+
+static enum tx_result tx_rdma(struct sv_qp *qp, struct sv_peer *peer, struct sv_send_wqe *w)
+{
+	bool write = w->opcode != IBV_WR_RDMA_READ;
+	uint32_t need = write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
+	bool reliable = qp->ibv.qp_base.qp_type == IBV_QPT_RC;
+	struct iovec iov[SV_IOV_MAX];
+	enum ibv_wc_status st;
+	uint64_t total, va = 0;
+	int n_iov;
+
+	st = wqe_iov(qp, w, write ? 0 : IBV_ACCESS_LOCAL_WRITE, iov, &n_iov, &total);
+	if (st) {
+		sv_wqe_done(w, st);
+		return TX_DONE;
+	}
+	if (total) {
+		/* IBA 9.4.x: a zero-length RDMA operation checks no key. */
+		st = remote_range(peer, w->rkey, w->remote_addr, total, need, &va);
+		if (!st)
+			st = sv_cma_copy(peer->pid, iov, n_iov, va, total, write);
+	}
+	if (st) {
+		if (!reliable) {
+			/* UC has no acknowledgements: a write the responder refuses is lost. */
+			sv_wqe_done(w, IBV_WC_SUCCESS);
+			return TX_DONE;
+		}
+		if (st == IBV_WC_REM_ACCESS_ERR) {
+			/* The responder's QP enters Error too (IBA C9-*: access violation). */
+			struct shm_msg m = { .op = SHM_OP_ACCESS_ERR,
+					     .src_qpn = qp->ibv.qp_base.qp_num };
+
+			(void)sv_put_msg(peer, &m, NULL, NULL, 0, 0);
+		}
+		sv_wqe_done(w, st);
+		return TX_DONE;
+	}
+	w->byte_len = write ? 0 : (uint32_t)total;
+	if (w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+		return tx_send(qp, peer, w, reliable);
+	sv_wqe_done(w, IBV_WC_SUCCESS);
+	return TX_DONE;
+}
+
+static enum tx_result tx_atomic(struct sv_qp *qp, struct sv_peer *peer, struct sv_send_wqe *w)
+{
+	struct shm_msg m = { .op = SHM_OP_ATOMIC, .src_qpn = qp->ibv.qp_base.qp_num };
+	uint32_t max = qp->attr.max_rd_atomic ? qp->attr.max_rd_atomic : 1;
+	struct iovec iov[SV_IOV_MAX];
+	enum ibv_wc_status st;
+	uint64_t total;
+	int n_iov;
+
+	st = local_iov(qp, w, IBV_ACCESS_LOCAL_WRITE, iov, &n_iov, &total);
+	if (st || total != 8) {
+		sv_wqe_done(w, st ? st : IBV_WC_LOC_LEN_ERR);
+		return TX_DONE;
+	}
+	/* IBA 9.5: at most max_rd_atomic RDMA READ/atomic requests outstanding. */
+	if (qp->rd_atomic_out >= max)
+		return TX_BLOCKED;
+	m.flags = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? SHM_F_CMP_SWP : 0;
+	m.msn = qp->next_msn + 1;
+	m.len = 8;
+	m.u.atomic.addr = w->remote_addr;
+	m.u.atomic.rkey = w->rkey;
+	m.u.atomic.compare_add = w->compare_add;
+	m.u.atomic.swap = w->swap;
+	if (sv_put_msg(peer, &m, NULL, NULL, 0, 0))
+		return TX_BLOCKED;
+	w->msn = ++qp->next_msn;
+	w->state = SV_WQE_WAIT;
+	w->byte_len = 8;
+	qp->rd_atomic_out++;
+	return TX_WAIT;
+}
+
+static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
+{
+	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
+	struct sv_peer *peer = qp->peer;
+
+	if (type == IBV_QPT_UD) {
+		peer = ud_dest(qp, w->ud.remote_qpn);
+		if (!peer) {
+			/* UD is unreliable: a datagram to nobody is simply lost. */
+			sv_wqe_done(w, IBV_WC_SUCCESS);
+			return TX_DONE;
+		}
+		return tx_send(qp, peer, w, false);
+	}
+	if (!peer && qp->connect_pending) {
+		struct sv_peer *p = NULL;
+
+		if (!sv_engine_connect(qp, qp->attr.dest_qp_num, &p)) {
+			qp->peer = peer = p;
+			qp->connect_pending = false;
+		}
+	}
+	if (!peer) {
+		/* RC: nobody answers, the transport retries run out (IBA 9.7.5.1.1).
+		 * UC: nobody acknowledges anything; the message is lost. */
+		sv_wqe_done(w, type == IBV_QPT_RC ? IBV_WC_RETRY_EXC_ERR : IBV_WC_SUCCESS);
+		return TX_DONE;
+	}
+	if (!peer_ready(peer))
+		return TX_BLOCKED; /* a NIC would retransmit until the peer reaches RTR */
+	switch (w->opcode) {
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+		return tx_send(qp, peer, w, type == IBV_QPT_RC);
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_RDMA_READ:
+		return tx_rdma(qp, peer, w);
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return tx_atomic(qp, peer, w);
+	default:
+		sv_wqe_done(w, IBV_WC_LOC_QP_OP_ERR);
+		return TX_DONE;
+	}
+}
+
+/* Reports finished WQEs in order (IBA 10.8: completions in the order posted). */
+void sv_req_complete_locked(struct sv_qp *qp)
+{
+	struct sv_wq *wq = &qp->sq;
+
+	while (wq->tail != qp->sq_next) {
+		struct sv_send_wqe *w = sv_wq_slot(wq, wq->tail);
+
+		if (w->state != SV_WQE_DONE)
+			break;
+		if (w->status != IBV_WC_SUCCESS || (w->send_flags & IBV_SEND_SIGNALED) ||
+		    qp->sq_sig_all) {
+			struct ibv_wc wc = {
+				.wr_id = w->wr_id,
+				.status = w->status,
+				.opcode = sv_wc_opcode_of(w->opcode),
+				.byte_len = w->byte_len,
+				.qp_num = qp->ibv.qp_base.qp_num,
+			};
+
+			sv_cq_push(qp->scq, &wc, false);
+		}
+		wq->tail++;
+		if (w->status != IBV_WC_SUCCESS) {
+			/* IBA 10.8.3.3: a completion error takes the QP to Error; what
+			 * follows is flushed once the state changes. */
+			sv_qp_fail(qp, SV_ERR_NO_EVENT);
+			break;
+		}
+	}
+}
+
+void sv_qp_tx_locked(struct sv_qp *qp)
+{
+	enum ibv_qp_state st = qp->attr.qp_state;
+
+	if (st != IBV_QPS_RTS || atomic_load(&qp->err_event) >= 0)
+		return;
+	qp->tx_blocked = false;
+	while (qp->sq_next != qp->sq.head) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, qp->sq_next);
+		enum tx_result r;
+
+		/* IBA 10.8.3.1: a fenced WR waits for earlier READs and atomics. */
+		if ((w->send_flags & IBV_SEND_FENCE) && qp->rd_atomic_out)
+			break;
+		r = tx_one(qp, w);
+		if (r == TX_BLOCKED) {
+			qp->tx_blocked = true;
+			break;
+		}
+		qp->sq_next++;
+		if (r == TX_DONE && w->status != IBV_WC_SUCCESS)
+			break;
+	}
+	sv_req_complete_locked(qp);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* requester: answers from the responder                                                    */
+
+/* Marks every WQE waiting for an answer up to @msn as done. Caller holds sq.lock. */
+static void acked_upto(struct sv_qp *qp, uint32_t msn)
+{
+	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
+
+		if (w->state != SV_WQE_WAIT)
+			continue;
+		if (!sv_msn_le(w->msn, msn))
+			break;
+		sv_wqe_done(w, IBV_WC_SUCCESS);
+		if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+			qp->rd_atomic_out--;
+	}
+	if (qp->rnr_deadline && sv_msn_le(qp->rnr_msn, msn))
+		qp->rnr_deadline = 0;
+}
+
+static struct sv_send_wqe *waiting_wqe(struct sv_qp *qp, uint32_t msn)
+{
+	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
+
+		if (w->state == SV_WQE_WAIT && w->msn == msn)
+			return w;
+	}
+	return NULL;
+}
+
+/* IBA 9.7.5.2.8: the RNR NAK timer encodings, in microseconds. */
+static const uint32_t rnr_timer_us[32] = {
+	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+	2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880,
+	163840, 245760, 327680, 491520,
+};
+
+void sv_req_answer(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
+{
+	(void)pos; /* READ responses in bounce mode carry data */
+	struct sv_send_wqe *w;
+
+	pthread_spin_lock(&qp->sq.lock);
+	switch (m->op) {
+	case SHM_OP_ACK:
+		acked_upto(qp, m->msn);
+		break;
+	case SHM_OP_ATOMIC_RESP:
+		w = waiting_wqe(qp, m->msn);
+		if (w && w->num_sge == 1) {
+			uint64_t va;
+
+			/* The original value lands in our buffer (checked at transmit). */
+			if (!sv_mr_check(sv_qp_ctx(qp)->mrs.slots, w->sge[0].lkey, qp->pd->handle,
+					 IBV_ACCESS_LOCAL_WRITE, w->sge[0].addr, 8, &va))
+				memcpy((void *)(uintptr_t)va, &m->u.atomic_value, 8);
+		}
+		acked_upto(qp, m->msn);
+		break;
+	case SHM_OP_NAK:
+		acked_upto(qp, m->msn - 1);
+		w = waiting_wqe(qp, m->msn);
+		if (w)
+			sv_wqe_done(w, (enum ibv_wc_status)m->aux);
+		break;
+	case SHM_OP_RNR:
+		/* IBA 9.7.5.2.8: wait; after rnr_retry tries (7: forever) give up. */
+		if (qp->attr.rnr_retry != 7 && !qp->rnr_deadline) {
+			uint32_t t = m->aux < 32 ? rnr_timer_us[m->aux] : rnr_timer_us[0];
+
+			qp->rnr_msn = m->msn;
+			qp->rnr_deadline = sv_now_ns() + (uint64_t)t * 1000 * (qp->attr.rnr_retry + 1u);
+		}
+		break;
+	default:
+		break;
+	}
+	sv_req_complete_locked(qp);
+	pthread_spin_unlock(&qp->sq.lock);
+}
+
+int sv_req_timers(struct sv_qp *qp)
+{
+	struct sv_send_wqe *w;
+
+	if (!qp->rnr_deadline || sv_now_ns() < qp->rnr_deadline)
+		return 0;
+	/* IBA 9.7.5.2.8: the RNR retries ran out. */
+	w = waiting_wqe(qp, qp->rnr_msn);
+	qp->rnr_deadline = 0;
+	if (w) {
+		acked_upto(qp, w->msn - 1);
+		sv_wqe_done(w, IBV_WC_RNR_RETRY_EXC_ERR);
+		sv_req_complete_locked(qp);
+	}
+	return 1;
+}
+
+
+void sv_req_fail_waiting(struct sv_qp *qp, enum ibv_wc_status status)
+{
+	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
+
+		if (w->state == SV_WQE_WAIT) {
+			sv_wqe_done(w, status);
+			break;
+		}
+	}
+	sv_req_complete_locked(qp);
+}

@@ -1,0 +1,292 @@
+/* The responder: handles the messages in a QP's inbound fifo. */
+#include <endian.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/sv_cq.h"
+#include "core/sv_qp_priv.h"
+#include "util/sv_log.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* responder                                                                                */
+
+/* Sends a small answer to the requester. -EAGAIN if its fifo is full. */
+static int answer(struct sv_qp *qp, uint8_t op, uint32_t msn, uint32_t aux, uint64_t value)
+{
+	struct shm_msg m = { .op = op, .msn = msn, .aux = aux, .src_qpn = qp->ibv.qp_base.qp_num };
+
+	if (!qp->peer)
+		return 0;
+	m.u.atomic_value = value;
+	return sv_put_msg(qp->peer, &m, NULL, NULL, 0, 0);
+}
+
+/* Takes the next receive WQE (own queue or SRQ) into @out. False if there is none. */
+static bool take_recv(struct sv_qp *qp, struct sv_recv_wqe *out, struct ibv_sge *sges)
+{
+	struct sv_wq *wq = qp->srq ? &qp->srq->rq : &qp->rq;
+	bool limit = false, got = false;
+
+	pthread_spin_lock(&wq->lock);
+	if (wq->tail != wq->head) {
+		struct sv_recv_wqe *w = sv_wq_slot(wq, wq->tail++);
+
+		*out = *w;
+		memcpy(sges, w->sge, w->num_sge * sizeof(*sges));
+		got = true;
+		/* IBA 10.2.9.1: the SRQ limit event fires once when the queue runs low. */
+		if (qp->srq && qp->srq->srq_limit && sv_wq_count(wq) < qp->srq->srq_limit) {
+			qp->srq->srq_limit = 0;
+			limit = true;
+		}
+	}
+	pthread_spin_unlock(&wq->lock);
+	if (limit)
+		sv_async_raise(sv_qp_ctx(qp), IBV_EVENT_SRQ_LIMIT_REACHED, &qp->srq->ibv);
+	return got;
+}
+
+static void recv_complete(struct sv_qp *qp, const struct sv_recv_wqe *r, const struct shm_msg *m,
+			  enum ibv_wc_status st, uint32_t byte_len)
+{
+	struct ibv_wc wc = {
+		.wr_id = r->wr_id,
+		.status = st,
+		.opcode = m->op == SHM_OP_WRITE_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV,
+		.byte_len = byte_len,
+		.qp_num = qp->ibv.qp_base.qp_num,
+		.src_qp = m->src_qpn,
+		.slid = sv_qp_ctx(qp)->host.lid,
+		.pkey_index = qp->attr.pkey_index,
+	};
+
+	if (m->flags & SHM_F_IMM) {
+		wc.imm_data = m->imm;
+		wc.wc_flags |= IBV_WC_WITH_IMM;
+	}
+	if (m->flags & SHM_F_GRH)
+		wc.wc_flags |= IBV_WC_GRH;
+	sv_cq_push(qp->rcq, &wc, (m->flags & SHM_F_SOLICITED) != 0);
+}
+
+enum rx_result { RX_CONSUMED, RX_HOLD };
+
+/* SEND and WRITE with immediate: place the data, consume a receive, acknowledge. */
+static enum rx_result rx_send(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
+{
+	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
+	const struct sv_mr_entry *slots = sv_qp_ctx(qp)->mrs.slots;
+	struct ibv_sge sges[SV_MAX_SGE];
+	struct iovec iov[SV_IOV_MAX];
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+	struct sv_recv_wqe r;
+	uint64_t room = 0;
+	int n_iov = 0;
+
+	if (type == IBV_QPT_UD && m->aux != qp->attr.qkey)
+		return RX_CONSUMED; /* IBA 10.2.4: a Q_Key mismatch drops the datagram */
+	if (!take_recv(qp, &r, sges)) {
+		if (type != IBV_QPT_RC)
+			return RX_CONSUMED; /* UC and UD drop what nobody receives */
+		/* RC: Receiver Not Ready; the message waits at the head of the fifo. */
+		if (qp->srq)
+			atomic_store(&qp->srq->rnr_waiting, 1);
+		if (qp->rnr_told != m->msn && !answer(qp, SHM_OP_RNR, m->msn, qp->attr.min_rnr_timer, 0))
+			qp->rnr_told = m->msn;
+		qp->rnr_held = true;
+		return RX_HOLD;
+	}
+	qp->rnr_held = false;
+	if (m->op == SHM_OP_SEND) {
+		for (uint32_t i = 0; i < r.num_sge && !st; i++) {
+			uint64_t va;
+
+			if (!sges[i].length)
+				continue;
+			if (sv_mr_check(slots, sges[i].lkey, qp->pd->handle, IBV_ACCESS_LOCAL_WRITE,
+					sges[i].addr, sges[i].length, &va))
+				st = IBV_WC_LOC_PROT_ERR;
+			iov[n_iov].iov_base = (void *)(uintptr_t)va;
+			iov[n_iov++].iov_len = sges[i].length;
+			room += sges[i].length;
+		}
+		if (!st && room < m->len)
+			st = IBV_WC_LOC_LEN_ERR;
+	}
+	if (!st && m->op == SHM_OP_SEND && (m->flags & SHM_F_INLINE)) {
+		uint32_t off = 0;
+
+		for (int i = 0; i < n_iov && off < m->len; i++) {
+			uint32_t n = (uint32_t)iov[i].iov_len;
+
+			if (n > m->len - off)
+				n = m->len - off;
+			shm_fifo_get(qp->rx, pos, off, iov[i].iov_base, n);
+			off += n;
+		}
+	} else if (!st && m->op == SHM_OP_SEND) {
+		/* Rendezvous: pull the sender's buffers, one copy (process_vm_readv). */
+		struct shm_rsge rs[SV_IOV_MAX];
+		uint32_t n = m->aux < SV_IOV_MAX ? m->aux : SV_IOV_MAX;
+		uint64_t off = 0;
+
+		shm_fifo_get(qp->rx, pos, 0, rs, n * (uint32_t)sizeof(rs[0]));
+		for (uint32_t i = 0; i < n && !st; i++) {
+			struct iovec l[SV_IOV_MAX];
+			int nl = 0;
+			uint64_t skip = off;
+
+			for (int k = 0; k < n_iov; k++) {
+				if (skip >= iov[k].iov_len) {
+					skip -= iov[k].iov_len;
+					continue;
+				}
+				l[nl].iov_base = (char *)iov[k].iov_base + skip;
+				l[nl++].iov_len = iov[k].iov_len - skip;
+				skip = 0;
+			}
+			if (!qp->peer || sv_cma_copy(qp->peer->pid, l, nl, rs[i].addr, rs[i].len, false))
+				st = IBV_WC_LOC_QP_OP_ERR;
+			off += rs[i].len;
+		}
+	}
+	/*
+	 * Answer before the receive completes: once the application sees its receive it may
+	 * destroy the QP, and the requester must have its acknowledgement by then.
+	 */
+	if (st && type == IBV_QPT_RC) {
+		/* IBA 9.9.3: the responder enters Error; the requester learns by NAK. */
+		(void)answer(qp, SHM_OP_NAK, m->msn,
+			     st == IBV_WC_LOC_LEN_ERR ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_REM_OP_ERR, 0);
+	} else if (type == IBV_QPT_RC) {
+		qp->ack_due = m->msn;
+		if (!answer(qp, SHM_OP_ACK, m->msn, 0, 0))
+			qp->ack_sent = m->msn;
+	}
+	recv_complete(qp, &r, m, st, m->len);
+	if (st && type != IBV_QPT_UD)
+		sv_qp_fail(qp, SV_ERR_NO_EVENT);
+	return RX_CONSUMED;
+}
+
+/* Executes an atomic on our memory for the requester (IBA 9.4.5, IBV_ATOMIC_HCA). */
+static enum rx_result rx_atomic(struct sv_qp *qp, const struct shm_msg *m)
+{
+	uint64_t va, orig;
+	enum sv_access_result a;
+	struct iovec probe_l, probe_r;
+
+	if (!qp->peer)
+		return RX_CONSUMED;
+	a = sv_mr_check(sv_qp_ctx(qp)->mrs.slots, m->u.atomic.rkey, qp->pd->handle,
+			IBV_ACCESS_REMOTE_ATOMIC, m->u.atomic.addr, 8, &va);
+	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC))
+		a = SV_ACCESS_NO_RIGHT;
+	if (a == SV_ACCESS_OK && (m->u.atomic.addr & 7)) {
+		if (answer(qp, SHM_OP_NAK, m->msn, IBV_WC_REM_INV_REQ_ERR, 0))
+			return RX_HOLD;
+		sv_qp_fail(qp, IBV_EVENT_QP_REQ_ERR);
+		return RX_CONSUMED;
+	}
+	/* The page must still be there: the owner may have unmapped it (no crash). */
+	probe_l = (struct iovec){ .iov_base = &orig, .iov_len = 8 };
+	probe_r = (struct iovec){ .iov_base = (void *)(uintptr_t)va, .iov_len = 8 };
+	if (a == SV_ACCESS_OK && process_vm_readv(getpid(), &probe_l, 1, &probe_r, 1, 0) != 8)
+		a = SV_ACCESS_OUT_OF_RANGE;
+	if (a != SV_ACCESS_OK) {
+		if (answer(qp, SHM_OP_NAK, m->msn, IBV_WC_REM_ACCESS_ERR, 0))
+			return RX_HOLD;
+		sv_qp_fail(qp, IBV_EVENT_QP_ACCESS_ERR);
+		return RX_CONSUMED;
+	}
+	/* Room for the answer first: an atomic is executed exactly once. */
+	{
+		struct shm_msg resp = { .op = SHM_OP_ATOMIC_RESP, .msn = m->msn,
+					.src_qpn = qp->ibv.qp_base.qp_num };
+		uint64_t rpos;
+		uint64_t *p = (uint64_t *)(uintptr_t)va;
+
+		if (shm_fifo_reserve(qp->peer->fifo, 1, &qp->peer->cached_head, &rpos))
+			return RX_HOLD;
+		if (m->flags & SHM_F_CMP_SWP) {
+			orig = m->u.atomic.compare_add;
+			__atomic_compare_exchange_n(p, &orig, m->u.atomic.swap, false, __ATOMIC_SEQ_CST,
+						    __ATOMIC_SEQ_CST);
+		} else {
+			orig = __atomic_fetch_add(p, m->u.atomic.compare_add, __ATOMIC_SEQ_CST);
+		}
+		resp.u.atomic_value = orig;
+		resp.nslots = 1;
+		memcpy(shm_fifo_slot(qp->peer->fifo, rpos)->hdr, &resp, sizeof(resp));
+		if (shm_fifo_publish(qp->peer->fifo, rpos))
+			sv_engine_wake_peer(qp->peer);
+	}
+	qp->ack_due = m->msn;
+	qp->ack_sent = m->msn; /* the response acknowledges it */
+	return RX_CONSUMED;
+}
+
+static enum rx_result rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
+{
+	enum ibv_qp_state st = qp->attr.qp_state;
+
+	switch (m->op) {
+	case SHM_OP_ACK:
+	case SHM_OP_ATOMIC_RESP:
+	case SHM_OP_NAK:
+	case SHM_OP_RNR:
+		if (st == IBV_QPS_RTS || st == IBV_QPS_SQD)
+			sv_req_answer(qp, m, pos);
+		return RX_CONSUMED;
+	case SHM_OP_ACCESS_ERR:
+		if (st != IBV_QPS_ERR)
+			sv_qp_fail(qp, IBV_EVENT_QP_ACCESS_ERR);
+		return RX_CONSUMED;
+	default:
+		break;
+	}
+	/* Requests: a QP before RTR holds them (a NIC would drop them and the requester
+	 * retransmit); a QP in error drops them. */
+	if (st == IBV_QPS_RESET || st == IBV_QPS_INIT)
+		return RX_HOLD;
+	if (st == IBV_QPS_ERR || atomic_load(&qp->err_event) >= 0)
+		return RX_CONSUMED;
+	if (qp->ibv.qp_base.qp_type != IBV_QPT_UD && m->src_qpn != qp->attr.dest_qp_num)
+		return RX_CONSUMED; /* not from the QP we are connected to */
+	switch (m->op) {
+	case SHM_OP_SEND:
+	case SHM_OP_WRITE_IMM:
+		return rx_send(qp, m, pos);
+	case SHM_OP_ATOMIC:
+		return rx_atomic(qp, m);
+	default:
+		return RX_CONSUMED;
+	}
+}
+
+int sv_resp_rx(struct sv_qp *qp)
+{
+	struct shm_slot *s;
+	uint64_t pos;
+	int n = 0;
+
+	if (atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
+		return 0;
+	while (n < SV_RX_BUDGET && (s = shm_fifo_peek(qp->rx, &pos))) {
+		struct shm_msg m;
+
+		memcpy(&m, s->hdr, sizeof(m));
+		if (rx_one(qp, &m, pos) == RX_HOLD)
+			break;
+		shm_fifo_release(qp->rx, m.nslots);
+		n++;
+	}
+	/* An acknowledgement that found the requester's fifo full goes now (cumulative). */
+	if (qp->ack_due != qp->ack_sent && !answer(qp, SHM_OP_ACK, qp->ack_due, 0, 0))
+		qp->ack_sent = qp->ack_due;
+	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
+	return n;
+}
