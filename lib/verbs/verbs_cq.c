@@ -241,6 +241,7 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 		return EBUSY;
 	if (cq->chan)
 		sv_chan_forget(cq->chan, cq);
+	sv_async_forget(to_svctx(ibcq->context), ibcq);
 	sv_wait_events_acked(&ibcq->mutex, &ibcq->cond, &ibcq->comp_events_completed,
 			     &cq->comp_events_reported);
 	sv_wait_events_acked(&ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed,

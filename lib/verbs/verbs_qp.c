@@ -296,6 +296,10 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 
 	if (!ibqp || !attr)
 		return EINVAL;
+	/* uverbs takes attributes up to IBV_QP_DEST_QPN; anything above is EOPNOTSUPP
+	 * (IBV_QP_RATE_LIMIT is for raw packet QPs, which softverbs does not offer). */
+	if (attr_mask & ~((IBV_QP_DEST_QPN << 1) - 1))
+		return EOPNOTSUPP;
 	qp = to_svqp(ibqp);
 	pthread_mutex_lock(&qp->lock);
 	cur = qp->attr.qp_state;
@@ -375,6 +379,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 		sv_cq_detach_qp(qp->rcq, qp);
 	sv_engine_remove_qp(qp);
 	sv_qp_data_fini(qp);
+	sv_async_forget(to_svctx(ibqp->context), ibqp);
 	sv_cq_clean(qp->scq, ibqp->qp_num);
 	if (qp->rcq != qp->scq)
 		sv_cq_clean(qp->rcq, ibqp->qp_num);

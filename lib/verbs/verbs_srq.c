@@ -112,6 +112,7 @@ int ibv_destroy_srq(struct ibv_srq *ibsrq)
 		return EBUSY;
 	sv_wait_events_acked(&ibsrq->mutex, &ibsrq->cond, &ibsrq->events_completed,
 			     &srq->events_reported);
+	sv_async_forget(to_svctx(ibsrq->context), ibsrq);
 	atomic_fetch_sub(&srq->pd->usecnt, 1);
 	atomic_fetch_sub(&to_svctx(ibsrq->context)->n_srq, 1);
 	sv_wq_destroy(&srq->rq);

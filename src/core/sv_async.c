@@ -1,5 +1,6 @@
 #include "core/sv_obj.h"
 
+#include <poll.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -49,4 +50,29 @@ void sv_async_raise(struct sv_context *ctx, enum ibv_event_type type, void *obje
 		sv_err("async fd write failed");
 	pthread_mutex_unlock(&ctx->lock);
 	sv_dbg("async event %d raised", (int)type);
+}
+
+void sv_async_forget(struct sv_context *ctx, void *object)
+{
+	struct sv_async_event **pp, *e;
+	uint64_t v;
+
+	pthread_mutex_lock(&ctx->lock);
+	ctx->async_tail = NULL;
+	for (pp = &ctx->async_head; (e = *pp);) {
+		/* The element is a union of pointers (or a port number): compare the pointer. */
+		if (e->ev.element.qp == object) {
+			struct pollfd pfd = { .fd = ctx->vctx.context.async_fd, .events = POLLIN };
+
+			*pp = e->next;
+			free(e);
+			/* Take back its count without ever blocking. */
+			if (poll(&pfd, 1, 0) == 1)
+				(void)!read(pfd.fd, &v, sizeof(v));
+			continue;
+		}
+		ctx->async_tail = e;
+		pp = &e->next;
+	}
+	pthread_mutex_unlock(&ctx->lock);
 }

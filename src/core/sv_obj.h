@@ -171,5 +171,7 @@ static inline struct sv_comp_channel *to_svchan(struct ibv_comp_channel *ch)
 
 /* Queue an async event on the context; the async fd turns readable. */
 void sv_async_raise(struct sv_context *ctx, enum ibv_event_type type, void *object);
+/* Drops the undelivered events of a destroyed object (as uverbs does). */
+void sv_async_forget(struct sv_context *ctx, void *object);
 
 #endif
