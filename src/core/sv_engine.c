@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <time.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -46,6 +49,7 @@ struct attach_rep {
 	int32_t pid;
 	uint32_t qpn;
 	uint64_t seg_len;
+	uint64_t seg_addr; /* where the segment sits in the answering process */
 };
 
 static struct {
@@ -187,6 +191,26 @@ void sv_engine_remove_qp(struct sv_qp *qp)
 
 /* --- attach: the requester side ----------------------------------------------------------- */
 
+/*
+ * SOFTVERBS_SHM_COPY=cma|bounce forces how payload crosses; by default each connection
+ * probes whether process_vm_readv reaches the peer (different users, Yama, seccomp and
+ * container profiles refuse it) and falls back to copying through the fifo.
+ */
+static bool copy_mode_cma(struct sv_peer *peer)
+{
+	const char *env = getenv("SOFTVERBS_SHM_COPY");
+	uint32_t magic = 0;
+	struct iovec l = { .iov_base = &magic, .iov_len = sizeof(magic) };
+	struct iovec r = { .iov_base = (void *)(uintptr_t)peer->seg_addr, .iov_len = sizeof(magic) };
+
+	if (env && !strcmp(env, "bounce"))
+		return false;
+	if (env && !strcmp(env, "cma"))
+		return true;
+	return process_vm_readv(peer->pid, &l, 1, &r, 1, 0) == (ssize_t)sizeof(magic) &&
+	       magic == SHM_QP_PAGE_MAGIC;
+}
+
 static int sock_connect_qpn(uint32_t qpn)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -291,12 +315,14 @@ int sv_engine_connect(struct sv_qp *qp, uint32_t dest_qpn, struct sv_peer **out)
 	close(fds[0]);
 	close(fds[1]);
 	peer->seg_len = rep.seg_len;
+	peer->seg_addr = rep.seg_addr;
 	peer->page = peer->seg;
 	peer->fifo = (struct shm_fifo *)((char *)peer->seg + SHM_QP_PAGE_SIZE);
 	peer->wake_fd = fds[2];
 	peer->pid = rep.pid;
 	peer->qpn = dest_qpn;
 	peer->sock = fd;
+	peer->cma = copy_mode_cma(peer);
 
 	/* From now on the connection is watched: a hang-up means the peer is gone. */
 	l = new_link(LINK_CONNECTED, dup(fd));
@@ -402,6 +428,7 @@ static void answer_attach(struct link *l, const struct attach_req *req)
 	l->our_qpn = req->dst_qpn;
 	l->peer_qpn = req->src_qpn;
 	rep.seg_len = qp->seg_len;
+	rep.seg_addr = (uintptr_t)qp->seg;
 	fds[0] = qp->seg_fd;
 	fds[1] = to_svctx(qp->ibv.qp_base.context)->mrs.fd;
 	fds[2] = eng.wake_fd;
@@ -547,11 +574,20 @@ static int pass_all(enum pass what, bool *timed)
  * polls that found nothing (sv_engine_idle_polls).
  */
 enum { BUSY_POLLS = 64 }; /* empty polls per wake-up that mean "the application spins" */
+#define SPIN_NS 50000ull  /* how long after its last work the thread keeps looking */
+
+static uint64_t sv_engine_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static void *progress_main(void *arg)
 {
 	struct epoll_event evs[16];
-	uint64_t seen = 0;
+	uint64_t seen = 0, last_work = 0;
 
 	(void)arg;
 	for (;;) {
@@ -559,11 +595,20 @@ static void *progress_main(void *arg)
 		uint64_t polls;
 		int timeout, n;
 
-		if (pass_all(PASS_WORK, &timed))
+		if (pass_all(PASS_WORK, &timed)) {
+			last_work = sv_engine_now_ns();
 			continue;
+		}
 		polls = atomic_load_explicit(&sv_engine_idle_polls, memory_order_relaxed);
 		busy = polls - seen > BUSY_POLLS;
 		seen = polls;
+		/* Traffic the application does not poll for (one-sided, or it waits on a
+		 * channel) comes in bursts: look again for a moment before sleeping, yielding the
+		 * core to anyone who wants it. */
+		if (!busy && sv_engine_now_ns() - last_work < SPIN_NS) {
+			sched_yield();
+			continue;
+		}
 		if (!busy) {
 			if (!pass_all(PASS_ARM, &timed)) {
 				pass_all(PASS_DISARM, &timed);

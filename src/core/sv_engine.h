@@ -15,6 +15,7 @@
 #define SV_ENGINE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -36,6 +37,8 @@ struct sv_peer {
 	int wake_fd;          /* the peer engine's eventfd */
 	uint64_t cached_head; /* producer's copy of the peer fifo's head */
 	uint64_t link_id;     /* our engine's watch of sock */
+	bool cma;             /* process_vm_readv/writev reach the peer (else: bounce) */
+	uint64_t seg_addr;    /* where the peer maps its segment (the CMA probe reads it) */
 };
 
 /* Adds @qp to the engine (QPN, progress). Starts the engine on first use. */

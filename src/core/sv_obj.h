@@ -134,7 +134,8 @@ struct sv_qp {
 	struct sv_ud_dests *ud_dests; /* UD: destinations met so far */
 	uint32_t sq_next;             /* next WQE to transmit, between sq.tail and sq.head */
 	uint32_t next_msn;
-	uint32_t rd_atomic_out;       /* atomics waiting for their answer */
+	uint64_t tx_off;              /* bytes of the WQE at sq_next sent so far (in pieces) */
+	uint32_t rd_atomic_out;       /* READs and atomics waiting for their answer */
 	bool tx_blocked;              /* the peer's fifo was full: try again later */
 	uint32_t rnr_msn;             /* the send an RNR NAK holds up */
 	uint64_t rnr_deadline;        /* ns; when its RNR retries run out (0: none) */
@@ -144,6 +145,10 @@ struct sv_qp {
 	uint32_t ack_due, ack_sent;   /* the last msn handled / acknowledged */
 	bool rnr_held;                /* the message at the head waits for a receive */
 	uint32_t rnr_told;            /* msn whose RNR NAK was sent */
+	bool rx_active;               /* a SEND in pieces is being received into rx_recv */
+	struct sv_recv_wqe rx_recv;
+	struct ibv_sge rx_sges[SV_MAX_SGE];
+	uint64_t resp_off;            /* bytes of the READ at the head already answered */
 };
 
 struct sv_ah {

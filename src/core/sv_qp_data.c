@@ -125,6 +125,7 @@ void sv_qp_flush_sq_locked(struct sv_qp *qp)
 		sv_cq_push(qp->scq, &wc, false);
 	}
 	qp->sq_next = wq->head;
+	qp->tx_off = 0;
 	qp->rd_atomic_out = 0;
 	qp->rnr_deadline = 0;
 }
@@ -162,6 +163,7 @@ static void qp_drain(struct sv_qp *qp)
 	pthread_spin_lock(&qp->sq.lock);
 	sv_wq_reset(&qp->sq);
 	qp->sq_next = 0;
+	qp->tx_off = 0;
 	qp->next_msn = 0;
 	qp->rd_atomic_out = 0;
 	qp->rnr_deadline = 0;
@@ -188,6 +190,8 @@ static void rx_discard(struct sv_qp *qp)
 	qp->ack_due = qp->ack_sent = 0;
 	qp->rnr_held = false;
 	qp->rnr_told = 0;
+	qp->rx_active = false;
+	qp->resp_off = 0;
 	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
 }
 

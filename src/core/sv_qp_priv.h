@@ -65,6 +65,7 @@ static inline void sv_wqe_done(struct sv_send_wqe *w, enum ibv_wc_status status)
 enum ibv_wc_opcode sv_wc_opcode_of(uint32_t wr_opcode);
 
 /* sv_req.c */
+int sv_iov_slice(const struct iovec *iov, int n, uint64_t off, uint64_t len, struct iovec *out);
 int sv_put_msg(struct sv_peer *peer, struct shm_msg *m, const void *payload,
 	       const struct iovec *iov, int n_iov, uint32_t len);
 enum ibv_wc_status sv_cma_copy(pid_t pid, struct iovec *local, int n_local, uint64_t remote,

@@ -74,85 +74,46 @@ static void recv_complete(struct sv_qp *qp, const struct sv_recv_wqe *r, const s
 
 enum rx_result { RX_CONSUMED, RX_HOLD };
 
-/* SEND and WRITE with immediate: place the data, consume a receive, acknowledge. */
-static enum rx_result rx_send(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
+/* The receive buffers of @sges as iovecs (IBA 10.6.3: lkey, PD, LOCAL_WRITE, range). */
+static enum ibv_wc_status recv_iov(struct sv_qp *qp, const struct ibv_sge *sges, uint32_t n,
+				   struct iovec *iov, int *n_iov, uint64_t *room)
+{
+	const struct sv_mr_entry *slots = sv_qp_ctx(qp)->mrs.slots;
+
+	*n_iov = 0;
+	*room = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t va;
+
+		if (!sges[i].length)
+			continue;
+		if (sv_mr_check(slots, sges[i].lkey, qp->pd->handle, IBV_ACCESS_LOCAL_WRITE,
+				sges[i].addr, sges[i].length, &va))
+			return IBV_WC_LOC_PROT_ERR;
+		iov[*n_iov].iov_base = (void *)(uintptr_t)va;
+		iov[(*n_iov)++].iov_len = sges[i].length;
+		*room += sges[i].length;
+	}
+	return IBV_WC_SUCCESS;
+}
+
+/* No receive for an RC message: Receiver Not Ready, it waits at the head of the fifo. */
+static enum rx_result rnr(struct sv_qp *qp, const struct shm_msg *m)
+{
+	if (qp->srq)
+		atomic_store(&qp->srq->rnr_waiting, 1);
+	if (qp->rnr_told != m->msn && !answer(qp, SHM_OP_RNR, m->msn, qp->attr.min_rnr_timer, 0))
+		qp->rnr_told = m->msn;
+	qp->rnr_held = true;
+	return RX_HOLD;
+}
+
+/* The end of a message that consumed a receive: acknowledge, then complete it. */
+static void finish_recv(struct sv_qp *qp, const struct sv_recv_wqe *r, const struct shm_msg *m,
+			enum ibv_wc_status st, uint32_t byte_len)
 {
 	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
-	const struct sv_mr_entry *slots = sv_qp_ctx(qp)->mrs.slots;
-	struct ibv_sge sges[SV_MAX_SGE];
-	struct iovec iov[SV_IOV_MAX];
-	enum ibv_wc_status st = IBV_WC_SUCCESS;
-	struct sv_recv_wqe r;
-	uint64_t room = 0;
-	int n_iov = 0;
 
-	if (type == IBV_QPT_UD && m->aux != qp->attr.qkey)
-		return RX_CONSUMED; /* IBA 10.2.4: a Q_Key mismatch drops the datagram */
-	if (!take_recv(qp, &r, sges)) {
-		if (type != IBV_QPT_RC)
-			return RX_CONSUMED; /* UC and UD drop what nobody receives */
-		/* RC: Receiver Not Ready; the message waits at the head of the fifo. */
-		if (qp->srq)
-			atomic_store(&qp->srq->rnr_waiting, 1);
-		if (qp->rnr_told != m->msn && !answer(qp, SHM_OP_RNR, m->msn, qp->attr.min_rnr_timer, 0))
-			qp->rnr_told = m->msn;
-		qp->rnr_held = true;
-		return RX_HOLD;
-	}
-	qp->rnr_held = false;
-	if (m->op == SHM_OP_SEND) {
-		for (uint32_t i = 0; i < r.num_sge && !st; i++) {
-			uint64_t va;
-
-			if (!sges[i].length)
-				continue;
-			if (sv_mr_check(slots, sges[i].lkey, qp->pd->handle, IBV_ACCESS_LOCAL_WRITE,
-					sges[i].addr, sges[i].length, &va))
-				st = IBV_WC_LOC_PROT_ERR;
-			iov[n_iov].iov_base = (void *)(uintptr_t)va;
-			iov[n_iov++].iov_len = sges[i].length;
-			room += sges[i].length;
-		}
-		if (!st && room < m->len)
-			st = IBV_WC_LOC_LEN_ERR;
-	}
-	if (!st && m->op == SHM_OP_SEND && (m->flags & SHM_F_INLINE)) {
-		uint32_t off = 0;
-
-		for (int i = 0; i < n_iov && off < m->len; i++) {
-			uint32_t n = (uint32_t)iov[i].iov_len;
-
-			if (n > m->len - off)
-				n = m->len - off;
-			shm_fifo_get(qp->rx, pos, off, iov[i].iov_base, n);
-			off += n;
-		}
-	} else if (!st && m->op == SHM_OP_SEND) {
-		/* Rendezvous: pull the sender's buffers, one copy (process_vm_readv). */
-		struct shm_rsge rs[SV_IOV_MAX];
-		uint32_t n = m->aux < SV_IOV_MAX ? m->aux : SV_IOV_MAX;
-		uint64_t off = 0;
-
-		shm_fifo_get(qp->rx, pos, 0, rs, n * (uint32_t)sizeof(rs[0]));
-		for (uint32_t i = 0; i < n && !st; i++) {
-			struct iovec l[SV_IOV_MAX];
-			int nl = 0;
-			uint64_t skip = off;
-
-			for (int k = 0; k < n_iov; k++) {
-				if (skip >= iov[k].iov_len) {
-					skip -= iov[k].iov_len;
-					continue;
-				}
-				l[nl].iov_base = (char *)iov[k].iov_base + skip;
-				l[nl++].iov_len = iov[k].iov_len - skip;
-				skip = 0;
-			}
-			if (!qp->peer || sv_cma_copy(qp->peer->pid, l, nl, rs[i].addr, rs[i].len, false))
-				st = IBV_WC_LOC_QP_OP_ERR;
-			off += rs[i].len;
-		}
-	}
 	/*
 	 * Answer before the receive completes: once the application sees its receive it may
 	 * destroy the QP, and the requester must have its acknowledgement by then.
@@ -166,9 +127,153 @@ static enum rx_result rx_send(struct sv_qp *qp, const struct shm_msg *m, uint64_
 		if (!answer(qp, SHM_OP_ACK, m->msn, 0, 0))
 			qp->ack_sent = m->msn;
 	}
-	recv_complete(qp, &r, m, st, m->len);
+	recv_complete(qp, r, m, st, byte_len);
 	if (st && type != IBV_QPT_UD)
 		sv_qp_fail(qp, SV_ERR_NO_EVENT);
+}
+
+/*
+ * SEND: one message (data in the fifo, or a list of the sender's buffers to pull with
+ * process_vm_readv), or pieces (bounce copy) that fill one receive.
+ */
+static enum rx_result rx_send(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
+{
+	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
+	bool whole = (m->flags & SHM_F_FIRST) && (m->flags & SHM_F_LAST);
+	uint64_t total = whole || !(m->flags & SHM_F_INLINE) ? m->len : m->aux;
+	struct iovec iov[SV_IOV_MAX], piece[SV_IOV_MAX];
+	enum ibv_wc_status st;
+	uint64_t room;
+	int n_iov, k;
+
+	if (m->flags & SHM_F_FIRST) {
+		if (type == IBV_QPT_UD && m->aux != qp->attr.qkey)
+			return RX_CONSUMED; /* IBA 10.2.4: a Q_Key mismatch drops the datagram */
+		if (!take_recv(qp, &qp->rx_recv, qp->rx_sges))
+			return type == IBV_QPT_RC ? rnr(qp, m) : RX_CONSUMED; /* UC, UD: dropped */
+		qp->rnr_held = false;
+		qp->rx_active = true;
+	} else if (!qp->rx_active) {
+		return RX_CONSUMED; /* a piece of a message we did not start */
+	}
+	st = recv_iov(qp, qp->rx_sges, qp->rx_recv.num_sge, iov, &n_iov, &room);
+	if (!st && room < total)
+		st = IBV_WC_LOC_LEN_ERR;
+	if (!st && (m->flags & SHM_F_INLINE)) {
+		uint32_t off = 0;
+
+		k = sv_iov_slice(iov, n_iov, whole ? 0 : m->u.rdma.addr, m->len, piece);
+		for (int i = 0; i < k; i++) {
+			shm_fifo_get(qp->rx, pos, off, piece[i].iov_base, (uint32_t)piece[i].iov_len);
+			off += (uint32_t)piece[i].iov_len;
+		}
+	} else if (!st) {
+		/* Rendezvous: pull the sender's buffers, one copy (process_vm_readv). */
+		struct shm_rsge rs[SV_IOV_MAX];
+		uint32_t n = m->aux < SV_IOV_MAX ? m->aux : SV_IOV_MAX;
+		uint64_t off = 0;
+
+		shm_fifo_get(qp->rx, pos, 0, rs, n * (uint32_t)sizeof(rs[0]));
+		for (uint32_t i = 0; i < n && !st; i++) {
+			k = sv_iov_slice(iov, n_iov, off, rs[i].len, piece);
+			if (!qp->peer || sv_cma_copy(qp->peer->pid, piece, k, rs[i].addr, rs[i].len, false))
+				st = IBV_WC_LOC_QP_OP_ERR;
+			off += rs[i].len;
+		}
+	}
+	if (st || (m->flags & SHM_F_LAST)) {
+		qp->rx_active = false;
+		finish_recv(qp, &qp->rx_recv, m, st, (uint32_t)total);
+	}
+	return RX_CONSUMED;
+}
+
+/* WRITE with immediate after a one-sided write: the data is there; consume a receive. */
+static enum rx_result rx_write_imm(struct sv_qp *qp, const struct shm_msg *m)
+{
+	struct sv_recv_wqe r;
+
+	if (!take_recv(qp, &r, qp->rx_sges))
+		return qp->ibv.qp_base.qp_type == IBV_QPT_RC ? rnr(qp, m) : RX_CONSUMED;
+	qp->rnr_held = false;
+	finish_recv(qp, &r, m, IBV_WC_SUCCESS, m->len);
+	return RX_CONSUMED;
+}
+
+/* A refused RDMA request: NAK, and this QP enters Error (IBA: access violation). */
+static enum rx_result refuse(struct sv_qp *qp, const struct shm_msg *m, enum ibv_wc_status st)
+{
+	if (qp->ibv.qp_base.qp_type != IBV_QPT_RC)
+		return RX_CONSUMED; /* UC: silently dropped */
+	if (answer(qp, SHM_OP_NAK, m->msn, st, 0))
+		return RX_HOLD;
+	sv_qp_fail(qp, IBV_EVENT_QP_ACCESS_ERR);
+	return RX_CONSUMED;
+}
+
+/* The responder's checks of an RDMA access to our memory (IBA 9.7.5.1.3 / C9-*). */
+static bool rdma_allowed(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len,
+			 uint32_t need, uint64_t *va)
+{
+	if (!(qp->attr.qp_access_flags & need))
+		return false;
+	return sv_mr_check(sv_qp_ctx(qp)->mrs.slots, rkey, qp->pd->handle, need, addr, len, va) ==
+	       SV_ACCESS_OK;
+}
+
+/* Bounce copy: a piece of an RDMA WRITE, placed by us. */
+static enum rx_result rx_write(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
+{
+	struct sv_recv_wqe r;
+	bool imm = (m->flags & SHM_F_LAST) && (m->flags & SHM_F_IMM);
+	uint64_t va = 0;
+
+	if (m->len && !rdma_allowed(qp, m->u.rdma.rkey, m->u.rdma.addr, m->len,
+				    IBV_ACCESS_REMOTE_WRITE, &va))
+		return refuse(qp, m, IBV_WC_REM_ACCESS_ERR);
+	if (imm && !take_recv(qp, &r, qp->rx_sges))
+		return qp->ibv.qp_base.qp_type == IBV_QPT_RC ? rnr(qp, m) : RX_CONSUMED;
+	qp->rnr_held = false;
+	if (m->len)
+		shm_fifo_get(qp->rx, pos, 0, (void *)(uintptr_t)va, m->len);
+	if (imm) {
+		struct shm_msg done = *m;
+
+		done.op = SHM_OP_WRITE_IMM;
+		finish_recv(qp, &r, &done, IBV_WC_SUCCESS, m->aux);
+	} else if ((m->flags & SHM_F_LAST) && qp->ibv.qp_base.qp_type == IBV_QPT_RC) {
+		qp->ack_due = m->msn;
+		if (!answer(qp, SHM_OP_ACK, m->msn, 0, 0))
+			qp->ack_sent = m->msn;
+	}
+	return RX_CONSUMED;
+}
+
+/* Bounce copy: an RDMA READ, answered in pieces (qp->resp_off keeps the place). */
+static enum rx_result rx_read(struct sv_qp *qp, const struct shm_msg *m)
+{
+	uint64_t va = 0;
+
+	if (!qp->peer)
+		return RX_CONSUMED;
+	if (m->len && !rdma_allowed(qp, m->u.rdma.rkey, m->u.rdma.addr, m->len,
+				    IBV_ACCESS_REMOTE_READ, &va))
+		return refuse(qp, m, IBV_WC_REM_ACCESS_ERR);
+	do {
+		uint64_t n = m->len - qp->resp_off < SV_CHUNK ? m->len - qp->resp_off : SV_CHUNK;
+		struct shm_msg r = { .op = SHM_OP_READ_RESP, .msn = m->msn, .len = (uint32_t)n,
+				     .src_qpn = qp->ibv.qp_base.qp_num };
+
+		r.u.rdma.addr = qp->resp_off;
+		if (qp->resp_off + n == m->len)
+			r.flags = SHM_F_LAST;
+		if (sv_put_msg(qp->peer, &r, (void *)(uintptr_t)(va + qp->resp_off), NULL, 0,
+			       (uint32_t)n))
+			return RX_HOLD;
+		qp->resp_off += n;
+	} while (qp->resp_off < m->len);
+	qp->resp_off = 0;
+	qp->ack_due = qp->ack_sent = m->msn; /* the last piece answers it */
 	return RX_CONSUMED;
 }
 
@@ -236,6 +341,7 @@ static enum rx_result rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t
 	switch (m->op) {
 	case SHM_OP_ACK:
 	case SHM_OP_ATOMIC_RESP:
+	case SHM_OP_READ_RESP:
 	case SHM_OP_NAK:
 	case SHM_OP_RNR:
 		if (st == IBV_QPS_RTS || st == IBV_QPS_SQD)
@@ -258,8 +364,13 @@ static enum rx_result rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t
 		return RX_CONSUMED; /* not from the QP we are connected to */
 	switch (m->op) {
 	case SHM_OP_SEND:
-	case SHM_OP_WRITE_IMM:
 		return rx_send(qp, m, pos);
+	case SHM_OP_WRITE_IMM:
+		return rx_write_imm(qp, m);
+	case SHM_OP_WRITE:
+		return rx_write(qp, m, pos);
+	case SHM_OP_READ_REQ:
+		return rx_read(qp, m);
 	case SHM_OP_ATOMIC:
 		return rx_atomic(qp, m);
 	default:

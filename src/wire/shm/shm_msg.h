@@ -25,6 +25,9 @@ enum shm_op {
 	SHM_OP_ATOMIC_RESP,/* the original value for request msn (acks it too) */
 	SHM_OP_NAK,        /* request msn failed at the responder (status: enum ibv_wc_status) */
 	SHM_OP_RNR,        /* request msn waits for a receive (not an error yet) */
+	SHM_OP_WRITE,      /* bounce copy: RDMA WRITE data the responder places */
+	SHM_OP_READ_REQ,   /* bounce copy: RDMA READ the responder answers with READ_RESP */
+	SHM_OP_READ_RESP,  /* bounce copy: READ data for request msn at offset u.rdma.addr */
 	SHM_OP_ACCESS_ERR, /* the requester found an access violation on this QP's memory */
 	SHM_OP_MAX,
 };
@@ -35,6 +38,8 @@ enum shm_flags {
 	SHM_F_SOLICITED = 1 << 2, /* the sender asked for a solicited event */
 	SHM_F_GRH = 1 << 3,       /* UD: the first 40 payload bytes are a GRH */
 	SHM_F_CMP_SWP = 1 << 4,   /* ATOMIC: compare and swap (else fetch and add) */
+	SHM_F_FIRST = 1 << 5,     /* the first piece of a message (SEND) */
+	SHM_F_LAST = 1 << 6,      /* the last piece of a message (SEND, WRITE, READ_RESP) */
 };
 
 /* Header of every message: the 56 bytes after the slot's sequence word. */
@@ -42,11 +47,12 @@ struct shm_msg {
 	uint8_t op;
 	uint8_t flags;
 	uint16_t nslots;   /* slots the whole message takes */
-	uint32_t len;      /* SEND / WRITE_IMM: message length in bytes */
+	uint32_t len;      /* bytes of this message's data (the piece, when in pieces) */
 	uint32_t msn;      /* requests: message sequence number; ACK: the last one done */
 	uint32_t imm;      /* immediate data, network byte order */
 	uint32_t src_qpn;  /* the sending QP */
-	uint32_t aux;      /* UD: Q_Key; NAK: status; SEND rendezvous: number of SGEs */
+	uint32_t aux;      /* UD: Q_Key; NAK: status; SEND rendezvous: number of SGEs;
+			    * pieces: the whole message's length */
 	union {
 		struct {
 			uint64_t addr;
@@ -55,6 +61,10 @@ struct shm_msg {
 			uint32_t rkey;
 		} __attribute__((packed)) atomic;
 		uint64_t atomic_value; /* ATOMIC_RESP */
+		struct {
+			uint64_t addr; /* WRITE, READ_REQ: remote address; pieces: offset */
+			uint32_t rkey;
+		} __attribute__((packed)) rdma;
 	} u;
 };
 
