@@ -1,6 +1,6 @@
 /*
  * bench/baselines.c — the floors softverbs' same-host (shm) data path is measured
- * against, taken on this machine in this invocation (design.md §10: performance is
+ * against, taken on this machine in this invocation (performance is
  * always a ratio against a baseline from the same run).
  *
  *   memcpy            warm (same buffers again and again) and cold (streaming through a

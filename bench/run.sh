@@ -8,7 +8,7 @@
 #    softverbs, server and client as two processes on 127.0.0.1, and prints each
 #    figure as a ratio against the matching baseline. Otherwise says it skipped.
 #
-# Every number printed comes with the command that produced it (design.md §10).
+# Every number printed comes with the command that produced it.
 set -euo pipefail
 
 usage() {

@@ -30,7 +30,9 @@ static const char usage[] =
 	"environment:\n"
 	"  SOFTVERBS_LIBDIR   where run finds the libraries (default: beside this program)\n"
 	"  SOFTVERBS_LOG      error | warn | info | debug (default warn), to stderr\n"
-	"  SOFTVERBS_PKEYS    the P_Key table, e.g. 0xffff,0x8001 (default 0xffff)\n";
+	"  SOFTVERBS_PKEYS    the P_Key table, e.g. 0xffff,0x8001 (default 0xffff)\n"
+	"  SOFTVERBS_SHM_COPY cma | bounce: how data crosses between processes of a host\n"
+	"                     (default: process_vm_readv/writev where permitted, else bounce)\n";
 
 static int has_lib(const char *dir)
 {
