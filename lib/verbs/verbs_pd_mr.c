@@ -110,10 +110,11 @@ static int check_mapped(const void *addr, size_t length, bool need_write)
 	return err;
 }
 
+/* The kernel pins for writing when any of these is set (MW_BIND: a window may allow it). */
 static bool mr_writable(unsigned int access)
 {
 	return access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-			 IBV_ACCESS_REMOTE_ATOMIC);
+			 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND);
 }
 
 static int check_range(void *addr, size_t length, uint64_t iova, unsigned int access)

@@ -53,6 +53,7 @@ static void ud_dest_from_ah(struct sv_ud_dest *d, struct ibv_ah *ibah, uint32_t 
 	const struct ibv_ah_attr *a = &to_svah(ibah)->attr;
 
 	d->dgid = a->grh.dgid;
+	d->sgid_index = a->grh.sgid_index;
 	d->dlid = a->dlid;
 	d->is_global = a->is_global;
 	d->sl = a->sl;
@@ -127,6 +128,7 @@ static int write_send_wqe(struct sv_qp *qp, const struct ibv_send_wr *wr)
 int sv_verbs_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct sv_qp *qp = to_svqp(ibqp);
+	bool connect;
 	int err = 0;
 
 	pthread_spin_lock(&qp->sq.lock);
@@ -138,7 +140,10 @@ int sv_verbs_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_s
 		sv_qp_flush_sq_locked(qp);
 	else
 		sv_qp_tx_locked(qp);
+	connect = qp->want_connect;
 	pthread_spin_unlock(&qp->sq.lock);
+	if (connect)
+		sv_qp_tx_connect(qp); /* first contact with a destination: no lock held */
 	sv_qp_settle(qp);
 	if (err && bad)
 		*bad = wr;
@@ -266,6 +271,7 @@ static int wr_complete(struct ibv_qp_ex *qpx)
 {
 	struct sv_qp *qp = to_svqp_ex(qpx);
 	int err = qp->wr_err;
+	bool connect;
 
 	if (!err && !sq_open(qp->attr.qp_state))
 		err = EINVAL;
@@ -287,7 +293,10 @@ static int wr_complete(struct ibv_qp_ex *qpx)
 		sv_qp_flush_sq_locked(qp);
 	else if (!err)
 		sv_qp_tx_locked(qp);
+	connect = qp->want_connect;
 	pthread_spin_unlock(&qp->sq.lock);
+	if (connect)
+		sv_qp_tx_connect(qp);
 	sv_qp_settle(qp);
 	return err;
 }

@@ -1,6 +1,7 @@
 #include "core/sv_engine.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
@@ -64,6 +65,8 @@ static struct {
 } eng = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void *progress_main(void *arg);
+static bool local_attach(const struct attach_req *req, struct attach_rep *rep, int fds[3]);
+static struct sv_qp *pin_qp(uint32_t qpn);
 
 static int watch(struct link *l)
 {
@@ -282,16 +285,23 @@ int sv_engine_connect(struct sv_qp *qp, uint32_t dest_qpn, struct sv_peer **out)
 	int fds[3], fd, err;
 	struct link *l;
 
-	fd = sock_connect_qpn(dest_qpn);
-	if (fd < 0)
-		return fd;
-	if (send(fd, &req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
-		err = -errno;
-		goto err_close;
+	/* A QP of this very process: no socket (and no waiting for our own thread). */
+	if (local_attach(&req, &rep, fds)) {
+		if (rep.status)
+			return rep.status;
+		fd = -1;
+	} else {
+		fd = sock_connect_qpn(dest_qpn);
+		if (fd < 0)
+			return fd;
+		if (send(fd, &req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
+			err = -errno;
+			goto err_close;
+		}
+		err = recv_with_fds(fd, &rep, sizeof(rep), fds, 3);
+		if (err)
+			goto err_close;
 	}
-	err = recv_with_fds(fd, &rep, sizeof(rep), fds, 3);
-	if (err)
-		goto err_close;
 	if (rep.magic != ATTACH_MAGIC || rep.status) {
 		err = rep.status ? rep.status : -EPROTO;
 		goto err_fds;
@@ -324,8 +334,9 @@ int sv_engine_connect(struct sv_qp *qp, uint32_t dest_qpn, struct sv_peer **out)
 	peer->sock = fd;
 	peer->cma = copy_mode_cma(peer);
 
+	peer->our_qpn = req.src_qpn;
 	/* From now on the connection is watched: a hang-up means the peer is gone. */
-	l = new_link(LINK_CONNECTED, dup(fd));
+	l = fd >= 0 ? new_link(LINK_CONNECTED, dup(fd)) : NULL;
 	if (l) {
 		l->our_qpn = req.src_qpn;
 		l->peer_qpn = dest_qpn;
@@ -345,7 +356,8 @@ err_fds:
 	for (int i = 0; i < 3; i++)
 		close(fds[i]);
 err_close:
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	return err;
 }
 
@@ -355,8 +367,18 @@ void sv_engine_disconnect(struct sv_peer *peer)
 
 	if (!peer)
 		return;
+	if (peer->sock < 0) {
+		/* A QP of this process: tell it directly that we left. */
+		struct sv_qp *qp = pin_qp(peer->qpn);
+
+		if (qp) {
+			sv_qp_peer_lost(qp, peer->our_qpn, false);
+			atomic_fetch_sub(&qp->eng_ref, 1);
+		}
+	}
 	/* A goodbye first: the peer then knows the hang-up is not a crash. */
-	(void)!send(peer->sock, &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (peer->sock >= 0)
+		(void)!send(peer->sock, &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
 	pthread_mutex_lock(&eng.lock);
 	for (struct link *l = eng.links, *next; l; l = next) {
 		next = l->next;
@@ -367,7 +389,8 @@ void sv_engine_disconnect(struct sv_peer *peer)
 		}
 	}
 	pthread_mutex_unlock(&eng.lock);
-	close(peer->sock);
+	if (peer->sock >= 0)
+		close(peer->sock);
 	close(peer->wake_fd);
 	munmap(peer->seg, peer->seg_len);
 	munmap((void *)peer->mrs, SV_MR_TABLE_BYTES);
@@ -410,29 +433,58 @@ static void send_with_fds(int fd, const void *buf, size_t len, const int *fds, i
 	(void)!sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-/* Answers an attach request on @l. Caller holds eng.lock (keeps the QP alive). */
+/* The answer to an attach request: status, and the QP's fds (not duplicated). Caller
+ * holds eng.lock, which keeps the QP alive. */
+static void attach_answer(const struct attach_req *req, struct attach_rep *rep, int fds[3])
+{
+	struct sv_qp *qp = sv_qpn_owner(req->dst_qpn);
+
+	*rep = (struct attach_rep){ .magic = ATTACH_MAGIC, .pid = getpid(), .qpn = req->dst_qpn };
+	if (!qp)
+		rep->status = -ENOENT;
+	else if (qp->ibv.qp_base.qp_type != req->qp_type)
+		rep->status = -EPROTOTYPE;
+	if (rep->status)
+		return;
+	rep->seg_len = qp->seg_len;
+	rep->seg_addr = (uintptr_t)qp->seg;
+	fds[0] = qp->seg_fd;
+	fds[1] = to_svctx(qp->ibv.qp_base.context)->mrs.fd;
+	fds[2] = eng.wake_fd;
+}
+
+/* Answers an attach request on @l. Caller holds eng.lock. */
 static void answer_attach(struct link *l, const struct attach_req *req)
 {
-	struct attach_rep rep = { .magic = ATTACH_MAGIC, .pid = getpid(), .qpn = req->dst_qpn };
-	struct sv_qp *qp = sv_qpn_owner(req->dst_qpn);
+	struct attach_rep rep;
 	int fds[3];
 
-	if (!qp)
-		rep.status = -ENOENT;
-	else if (qp->ibv.qp_base.qp_type != req->qp_type)
-		rep.status = -EPROTOTYPE;
+	attach_answer(req, &rep, fds);
 	if (rep.status) {
 		send_with_fds(l->fd, &rep, sizeof(rep), NULL, 0);
 		return;
 	}
 	l->our_qpn = req->dst_qpn;
 	l->peer_qpn = req->src_qpn;
-	rep.seg_len = qp->seg_len;
-	rep.seg_addr = (uintptr_t)qp->seg;
-	fds[0] = qp->seg_fd;
-	fds[1] = to_svctx(qp->ibv.qp_base.context)->mrs.fd;
-	fds[2] = eng.wake_fd;
 	send_with_fds(l->fd, &rep, sizeof(rep), fds, 3);
+}
+
+/* Attach to a QP of this process without a socket: true if it is ours. */
+static bool local_attach(const struct attach_req *req, struct attach_rep *rep, int fds[3])
+{
+	bool local;
+
+	pthread_mutex_lock(&eng.lock);
+	local = eng.started && eng.pid == getpid() && sv_qpn_owner(req->dst_qpn);
+	if (local) {
+		attach_answer(req, rep, fds);
+		if (!rep->status) {
+			for (int i = 0; i < 3; i++)
+				fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+		}
+	}
+	pthread_mutex_unlock(&eng.lock);
+	return local;
 }
 
 /* A pinned QP by number, or NULL. */
@@ -574,6 +626,27 @@ static int pass_all(enum pass what, bool *timed)
  * polls that found nothing (sv_engine_idle_polls).
  */
 enum { BUSY_POLLS = 64 }; /* empty polls per wake-up that mean "the application spins" */
+#define SOCKETS_NS 100000ull /* while busy, look at the sockets this often */
+
+/* Waits up to @timeout ms (0: just looks) for socket and wake-up events, handles them. */
+static void serve_sockets(int timeout)
+{
+	struct epoll_event evs[16];
+	int n = epoll_wait(eng.epfd, evs, 16, timeout);
+
+	pthread_mutex_lock(&eng.lock);
+	for (int i = 0; i < n; i++) {
+		struct link *l = evs[i].data.ptr;
+		bool live = false;
+
+		/* An earlier event of this batch may have dropped it. */
+		for (struct link *x = eng.links; x && !live; x = x->next)
+			live = x == l;
+		if (live)
+			handle_link(l, evs[i].events);
+	}
+	pthread_mutex_unlock(&eng.lock);
+}
 #define SPIN_NS 50000ull  /* how long after its last work the thread keeps looking */
 
 static uint64_t sv_engine_now_ns(void)
@@ -586,17 +659,21 @@ static uint64_t sv_engine_now_ns(void)
 
 static void *progress_main(void *arg)
 {
-	struct epoll_event evs[16];
-	uint64_t seen = 0, last_work = 0;
+	uint64_t seen = 0, last_work = 0, last_sockets = 0;
 
 	(void)arg;
 	for (;;) {
 		bool timed, armed = false, busy;
 		uint64_t polls;
-		int timeout, n;
+		int timeout;
 
 		if (pass_all(PASS_WORK, &timed)) {
 			last_work = sv_engine_now_ns();
+			/* Busy or not, peers attaching and hanging up are answered promptly. */
+			if (last_work - last_sockets > SOCKETS_NS) {
+				last_sockets = last_work;
+				serve_sockets(0);
+			}
 			continue;
 		}
 		polls = atomic_load_explicit(&sv_engine_idle_polls, memory_order_relaxed);
@@ -617,21 +694,10 @@ static void *progress_main(void *arg)
 			armed = true;
 		}
 		timeout = busy || timed ? 1 : -1;
-		n = epoll_wait(eng.epfd, evs, 16, timeout);
+		serve_sockets(timeout);
 		if (armed)
 			pass_all(PASS_DISARM, &timed);
-		pthread_mutex_lock(&eng.lock);
-		for (int i = 0; i < n; i++) {
-			struct link *l = evs[i].data.ptr;
-			bool live = false;
-
-			/* An earlier event of this batch may have dropped it. */
-			for (struct link *x = eng.links; x && !live; x = x->next)
-				live = x == l;
-			if (live)
-				handle_link(l, evs[i].events);
-		}
-		pthread_mutex_unlock(&eng.lock);
+		last_sockets = sv_engine_now_ns();
 	}
 	return NULL;
 }

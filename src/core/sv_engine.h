@@ -26,7 +26,8 @@ struct sv_qp;
 
 /* A QP on the same host that we talk to: its segment and key table, mapped. */
 struct sv_peer {
-	int sock;             /* the attach connection: hang-up without goodbye = death */
+	int sock;             /* the attach connection: hang-up without goodbye = death;
+			       * -1 for a QP of this process */
 	pid_t pid;
 	uint32_t qpn;
 	void *seg;
@@ -37,6 +38,7 @@ struct sv_peer {
 	int wake_fd;          /* the peer engine's eventfd */
 	uint64_t cached_head; /* producer's copy of the peer fifo's head */
 	uint64_t link_id;     /* our engine's watch of sock */
+	uint32_t our_qpn;     /* the QP that attached */
 	bool cma;             /* process_vm_readv/writev reach the peer (else: bounce) */
 	uint64_t seg_addr;    /* where the peer maps its segment (the CMA probe reads it) */
 };

@@ -131,6 +131,10 @@ struct sv_qp {
 	/* requester, under sq.lock (peer also under rx_busy) */
 	struct sv_peer *peer;         /* RC/UC: the connected QP */
 	bool connect_pending;         /* in RTR or later, but the peer was not found yet */
+	bool want_connect;            /* transmit waits for an attach to want_qpn */
+	uint32_t want_qpn;
+	bool ud_unreachable_valid;    /* UD: the last attach, to ud_unreachable, failed */
+	uint32_t ud_unreachable;
 	struct sv_ud_dests *ud_dests; /* UD: destinations met so far */
 	uint32_t sq_next;             /* next WQE to transmit, between sq.tail and sq.head */
 	uint32_t next_msn;
@@ -146,8 +150,7 @@ struct sv_qp {
 	bool rnr_held;                /* the message at the head waits for a receive */
 	uint32_t rnr_told;            /* msn whose RNR NAK was sent */
 	bool rx_active;               /* a SEND in pieces is being received into rx_recv */
-	struct sv_recv_wqe rx_recv;
-	struct ibv_sge rx_sges[SV_MAX_SGE];
+	struct sv_recv rx_recv;
 	uint64_t resp_off;            /* bytes of the READ at the head already answered */
 };
 

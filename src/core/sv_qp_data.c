@@ -56,6 +56,8 @@ static void drop_peers(struct sv_qp *qp)
 	peer = qp->peer;
 	qp->peer = NULL;
 	qp->connect_pending = false;
+	qp->want_connect = false;
+	qp->ud_unreachable_valid = false;
 	atomic_store(&qp->peer_left, false);
 	d = qp->ud_dests;
 	qp->ud_dests = NULL;
@@ -229,6 +231,7 @@ void sv_qp_data_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state
 		rx_discard(qp);
 		break;
 	case IBV_QPS_RTR:
+		atomic_store(&qp->page->rnr_abandon, 0);
 		if (type != IBV_QPT_UD && !qp->peer)
 			qp_connect(qp);
 		break;
@@ -268,6 +271,17 @@ void sv_qp_settle(struct sv_qp *qp)
 		return;
 	}
 	cur = qp->attr.qp_state;
+	if (ev == SV_ERR_TO_SQE) {
+		/* Only the send queue stops; receives go on. SQE -> RTS recovers. */
+		if (cur == IBV_QPS_RTS || cur == IBV_QPS_SQD) {
+			sv_qp_set_state(qp, IBV_QPS_SQE);
+			pthread_spin_lock(&qp->sq.lock);
+			sv_qp_flush_sq_locked(qp);
+			pthread_spin_unlock(&qp->sq.lock);
+		}
+		pthread_mutex_unlock(&qp->lock);
+		return;
+	}
 	if (cur != IBV_QPS_ERR && cur != IBV_QPS_RESET) {
 		sv_qp_set_state(qp, IBV_QPS_ERR);
 		sv_qp_data_state(qp, cur, IBV_QPS_ERR);
@@ -291,10 +305,15 @@ int sv_qp_progress(struct sv_qp *qp)
 		n += peer_left(qp);
 	if ((qp->tx_blocked || qp->rnr_deadline || qp->connect_pending) &&
 	    !pthread_spin_trylock(&qp->sq.lock)) {
+		bool connect;
+
 		n += sv_req_timers(qp);
 		if (qp->tx_blocked)
 			sv_qp_tx_locked(qp);
+		connect = qp->want_connect;
 		pthread_spin_unlock(&qp->sq.lock);
+		if (connect)
+			sv_qp_tx_connect(qp);
 	}
 	if (atomic_load_explicit(&qp->err_event, memory_order_relaxed) >= 0)
 		sv_qp_settle(qp);

@@ -23,6 +23,8 @@ void sv_qp_data_publish(struct sv_qp *qp);
 
 /* Transmits what it can of the send queue. Caller holds sq.lock. */
 void sv_qp_tx_locked(struct sv_qp *qp);
+/* Attaches to the peer a transmit waits for, then transmits. Call with no lock held. */
+void sv_qp_tx_connect(struct sv_qp *qp);
 /* A receive was posted: a message waiting for one may go on. */
 void sv_qp_recv_posted(struct sv_qp *qp);
 
@@ -32,6 +34,8 @@ int sv_qp_progress(struct sv_qp *qp);
 void sv_qp_settle(struct sv_qp *qp);
 /* err_event value for an error that completions report, with no async event. */
 #define SV_ERR_NO_EVENT 0x7fff
+/* err_event value for a UC/UD send error: the QP goes to SQE, not ERR. */
+#define SV_ERR_TO_SQE 0x7ffe
 
 /* State plumbing shared with the verbs layer. */
 void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state);

@@ -55,7 +55,8 @@ static bool peer_ready(const struct sv_peer *peer)
 {
 	uint32_t st = atomic_load_explicit(&peer->page->state, memory_order_acquire);
 
-	return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD;
+	/* The receive side works from RTR on, SQ Error included (IBA 10.3.1). */
+	return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
 }
 
 /* The responder's checks, done by the requester on the peer's published page and keys. */
@@ -141,22 +142,42 @@ int sv_put_msg(struct sv_peer *peer, struct shm_msg *m, const void *payload,
 	return 0;
 }
 
-static struct sv_peer *ud_dest(struct sv_qp *qp, uint32_t qpn)
+/*
+ * The UD destination @qpn: attached already, or not. Attaching blocks on a socket, so it
+ * never happens here, under the send queue's lock: this asks for it (want_qpn) and
+ * sv_qp_tx_connect() does it with no lock held. A destination that could not be
+ * attached is remembered as unreachable for the WR that asked.
+ */
+static struct sv_peer *ud_dest(struct sv_qp *qp, uint32_t qpn, bool *unreachable)
 {
 	struct sv_ud_dests *d = qp->ud_dests;
-	struct sv_peer *peer;
+
+	*unreachable = false;
+	for (int i = 0; d && i < d->n; i++)
+		if (d->peer[i]->qpn == qpn)
+			return d->peer[i];
+	if (qp->ud_unreachable_valid && qp->ud_unreachable == qpn) {
+		qp->ud_unreachable_valid = false;
+		*unreachable = true;
+		return NULL;
+	}
+	qp->want_connect = true;
+	qp->want_qpn = qpn;
+	return NULL;
+}
+
+static void ud_dest_add(struct sv_qp *qp, struct sv_peer *peer)
+{
+	struct sv_ud_dests *d = qp->ud_dests;
 
 	if (!d) {
 		d = calloc(1, sizeof(*d));
-		if (!d)
-			return NULL;
+		if (!d) {
+			sv_engine_disconnect(peer);
+			return;
+		}
 		qp->ud_dests = d;
 	}
-	for (int i = 0; i < d->n; i++)
-		if (d->peer[i]->qpn == qpn)
-			return d->peer[i];
-	if (sv_engine_connect(qp, qpn, &peer))
-		return NULL;
 	if (d->n == SV_UD_MAX_DESTS) {
 		/* Forget the oldest destination. */
 		sv_engine_disconnect(d->peer[0]);
@@ -164,7 +185,46 @@ static struct sv_peer *ud_dest(struct sv_qp *qp, uint32_t qpn)
 		d->n--;
 	}
 	d->peer[d->n++] = peer;
-	return peer;
+}
+
+void sv_qp_tx_connect(struct sv_qp *qp)
+{
+	struct sv_peer *peer = NULL;
+	bool ud = qp->ibv.qp_base.qp_type == IBV_QPT_UD;
+	uint32_t qpn;
+	int err;
+
+	pthread_spin_lock(&qp->sq.lock);
+	qpn = qp->want_qpn;
+	if (!qp->want_connect) {
+		pthread_spin_unlock(&qp->sq.lock);
+		return;
+	}
+	pthread_spin_unlock(&qp->sq.lock);
+	err = sv_engine_connect(qp, qpn, &peer);
+	pthread_spin_lock(&qp->sq.lock);
+	/* Still wanted? (a reset in between forgets the wish) */
+	if (qp->want_connect && qp->want_qpn == qpn) {
+		qp->want_connect = false;
+		if (ud && !err) {
+			ud_dest_add(qp, peer);
+			peer = NULL;
+		} else if (ud) {
+			qp->ud_unreachable = qpn;
+			qp->ud_unreachable_valid = true;
+		} else {
+			if (!err && !qp->peer) {
+				qp->peer = peer;
+				peer = NULL;
+			}
+			qp->connect_pending = false;
+		}
+		sv_qp_tx_locked(qp);
+	}
+	pthread_spin_unlock(&qp->sq.lock);
+	if (peer)
+		sv_engine_disconnect(peer);
+	sv_qp_settle(qp);
 }
 
 /* The GRH a UD receiver finds in front of the data (IPv6 form; IBA 8.3, RoCE v2 GIDs). */
@@ -178,7 +238,9 @@ static void ud_grh(struct sv_qp *qp, const struct sv_send_wqe *w, unsigned char 
 	g->version_tclass_flow = htobe32(vtf);
 	g->next_hdr = 17; /* UDP: RoCE v2 */
 	g->hop_limit = 64;
-	g->sgid = ctx->host.gids[0].gid;
+	/* The AH's source GID (a LID-only AH leaves from GID 0). */
+	g->sgid = ctx->host.gids[w->ud.is_global && w->ud.sgid_index < ctx->host.n_gids ?
+				 w->ud.sgid_index : 0].gid;
 	g->dgid = w->ud.is_global ? w->ud.dgid : ctx->host.gids[0].gid;
 }
 
@@ -297,7 +359,9 @@ static enum tx_result tx_send(struct sv_qp *qp, struct sv_peer *peer, struct sv_
 	} else if (total <= SV_INLINE_MAX) {
 		m.flags |= SHM_F_INLINE;
 		err = sv_put_msg(peer, &m, NULL, iov, n_iov, (uint32_t)total);
-	} else if (!peer->cma) {
+	} else if (!peer->cma || !reliable) {
+		/* In pieces through the fifo: no CMA, or UC, whose send completes at once (its
+		 * buffer is the application's again; the responder cannot pull from it). */
 		m.flags |= SHM_F_INLINE;
 		return tx_pieces(qp, peer, w, &m, iov, n_iov, total, reliable);
 	} else {
@@ -446,21 +510,21 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 	struct sv_peer *peer = qp->peer;
 
 	if (type == IBV_QPT_UD) {
-		peer = ud_dest(qp, w->ud.remote_qpn);
-		if (!peer) {
+		bool unreachable;
+
+		peer = ud_dest(qp, w->ud.remote_qpn, &unreachable);
+		if (unreachable) {
 			/* UD is unreliable: a datagram to nobody is simply lost. */
 			sv_wqe_done(w, IBV_WC_SUCCESS);
 			return TX_DONE;
 		}
-		return tx_send(qp, peer, w, false);
+		return peer ? tx_send(qp, peer, w, false) : TX_BLOCKED;
 	}
 	if (!peer && qp->connect_pending) {
-		struct sv_peer *p = NULL;
-
-		if (!sv_engine_connect(qp, qp->attr.dest_qp_num, &p)) {
-			qp->peer = peer = p;
-			qp->connect_pending = false;
-		}
+		/* Attach with no lock held (sv_qp_tx_connect), then transmit. */
+		qp->want_connect = true;
+		qp->want_qpn = qp->attr.dest_qp_num;
+		return TX_BLOCKED;
 	}
 	if (!peer) {
 		/* RC: nobody answers, the transport retries run out (IBA 9.7.5.1.1).
@@ -511,9 +575,11 @@ void sv_req_complete_locked(struct sv_qp *qp)
 		}
 		wq->tail++;
 		if (w->status != IBV_WC_SUCCESS) {
-			/* IBA 10.8.3.3: a completion error takes the QP to Error; what
-			 * follows is flushed once the state changes. */
-			sv_qp_fail(qp, SV_ERR_NO_EVENT);
+			/* IBA 10.8.3.3: a completion error takes an RC QP to Error, a UC or UD
+			 * QP's send queue to SQ Error (10.3.1); what follows is flushed once the
+			 * state changes. */
+			sv_qp_fail(qp, qp->ibv.qp_base.qp_type == IBV_QPT_RC ? SV_ERR_NO_EVENT
+									    : SV_ERR_TO_SQE);
 			break;
 		}
 	}
@@ -534,7 +600,6 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 	struct iovec local[SV_BATCH * 4], remote[SV_BATCH];
 	uint64_t len[SV_BATCH];
 	int n_local = 0, n = 0;
-	uint64_t total = 0;
 	ssize_t done;
 
 	if (!peer || !peer->cma || !peer_ready(peer) || qp->ibv.qp_base.qp_type == IBV_QPT_UD)
@@ -555,7 +620,6 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 		remote[n].iov_base = (void *)(uintptr_t)va;
 		remote[n].iov_len = bytes;
 		len[n++] = bytes;
-		total += bytes;
 	}
 	if (n < 2)
 		return 0; /* a lone WRITE takes the ordinary path */
@@ -709,7 +773,11 @@ void sv_req_answer(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 	default:
 		break;
 	}
-	sv_req_complete_locked(qp);
+	/* An answer may free what a fenced WR or the max_rd_atomic limit waits for. */
+	if (qp->sq_next != qp->sq.head)
+		sv_qp_tx_locked(qp);
+	else
+		sv_req_complete_locked(qp);
 	pthread_spin_unlock(&qp->sq.lock);
 }
 
@@ -725,6 +793,8 @@ int sv_req_timers(struct sv_qp *qp)
 	if (w) {
 		acked_upto(qp, w->msn - 1);
 		sv_wqe_done(w, IBV_WC_RNR_RETRY_EXC_ERR);
+		if (qp->peer)
+			atomic_store(&qp->peer->page->rnr_abandon, w->msn);
 		sv_req_complete_locked(qp);
 	}
 	return 1;

@@ -25,7 +25,7 @@ static int answer(struct sv_qp *qp, uint8_t op, uint32_t msn, uint32_t aux, uint
 }
 
 /* Takes the next receive WQE (own queue or SRQ) into @out. False if there is none. */
-static bool take_recv(struct sv_qp *qp, struct sv_recv_wqe *out, struct ibv_sge *sges)
+static bool take_recv(struct sv_qp *qp, struct sv_recv *out)
 {
 	struct sv_wq *wq = qp->srq ? &qp->srq->rq : &qp->rq;
 	bool limit = false, got = false;
@@ -34,8 +34,9 @@ static bool take_recv(struct sv_qp *qp, struct sv_recv_wqe *out, struct ibv_sge 
 	if (wq->tail != wq->head) {
 		struct sv_recv_wqe *w = sv_wq_slot(wq, wq->tail++);
 
-		*out = *w;
-		memcpy(sges, w->sge, w->num_sge * sizeof(*sges));
+		out->wr_id = w->wr_id;
+		out->num_sge = w->num_sge;
+		memcpy(out->sge, w->sge, w->num_sge * sizeof(out->sge[0]));
 		got = true;
 		/* IBA 10.2.9.1: the SRQ limit event fires once when the queue runs low. */
 		if (qp->srq && qp->srq->srq_limit && sv_wq_count(wq) < qp->srq->srq_limit) {
@@ -49,7 +50,7 @@ static bool take_recv(struct sv_qp *qp, struct sv_recv_wqe *out, struct ibv_sge 
 	return got;
 }
 
-static void recv_complete(struct sv_qp *qp, const struct sv_recv_wqe *r, const struct shm_msg *m,
+static void recv_complete(struct sv_qp *qp, const struct sv_recv *r, const struct shm_msg *m,
 			  enum ibv_wc_status st, uint32_t byte_len)
 {
 	struct ibv_wc wc = {
@@ -109,7 +110,7 @@ static enum rx_result rnr(struct sv_qp *qp, const struct shm_msg *m)
 }
 
 /* The end of a message that consumed a receive: acknowledge, then complete it. */
-static void finish_recv(struct sv_qp *qp, const struct sv_recv_wqe *r, const struct shm_msg *m,
+static void finish_recv(struct sv_qp *qp, const struct sv_recv *r, const struct shm_msg *m,
 			enum ibv_wc_status st, uint32_t byte_len)
 {
 	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
@@ -149,14 +150,14 @@ static enum rx_result rx_send(struct sv_qp *qp, const struct shm_msg *m, uint64_
 	if (m->flags & SHM_F_FIRST) {
 		if (type == IBV_QPT_UD && m->aux != qp->attr.qkey)
 			return RX_CONSUMED; /* IBA 10.2.4: a Q_Key mismatch drops the datagram */
-		if (!take_recv(qp, &qp->rx_recv, qp->rx_sges))
+		if (!take_recv(qp, &qp->rx_recv))
 			return type == IBV_QPT_RC ? rnr(qp, m) : RX_CONSUMED; /* UC, UD: dropped */
 		qp->rnr_held = false;
 		qp->rx_active = true;
 	} else if (!qp->rx_active) {
 		return RX_CONSUMED; /* a piece of a message we did not start */
 	}
-	st = recv_iov(qp, qp->rx_sges, qp->rx_recv.num_sge, iov, &n_iov, &room);
+	st = recv_iov(qp, qp->rx_recv.sge, qp->rx_recv.num_sge, iov, &n_iov, &room);
 	if (!st && room < total)
 		st = IBV_WC_LOC_LEN_ERR;
 	if (!st && (m->flags & SHM_F_INLINE)) {
@@ -191,9 +192,9 @@ static enum rx_result rx_send(struct sv_qp *qp, const struct shm_msg *m, uint64_
 /* WRITE with immediate after a one-sided write: the data is there; consume a receive. */
 static enum rx_result rx_write_imm(struct sv_qp *qp, const struct shm_msg *m)
 {
-	struct sv_recv_wqe r;
+	struct sv_recv r;
 
-	if (!take_recv(qp, &r, qp->rx_sges))
+	if (!take_recv(qp, &r))
 		return qp->ibv.qp_base.qp_type == IBV_QPT_RC ? rnr(qp, m) : RX_CONSUMED;
 	qp->rnr_held = false;
 	finish_recv(qp, &r, m, IBV_WC_SUCCESS, m->len);
@@ -224,14 +225,14 @@ static bool rdma_allowed(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_
 /* Bounce copy: a piece of an RDMA WRITE, placed by us. */
 static enum rx_result rx_write(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 {
-	struct sv_recv_wqe r;
+	struct sv_recv r;
 	bool imm = (m->flags & SHM_F_LAST) && (m->flags & SHM_F_IMM);
 	uint64_t va = 0;
 
 	if (m->len && !rdma_allowed(qp, m->u.rdma.rkey, m->u.rdma.addr, m->len,
 				    IBV_ACCESS_REMOTE_WRITE, &va))
 		return refuse(qp, m, IBV_WC_REM_ACCESS_ERR);
-	if (imm && !take_recv(qp, &r, qp->rx_sges))
+	if (imm && !take_recv(qp, &r))
 		return qp->ibv.qp_base.qp_type == IBV_QPT_RC ? rnr(qp, m) : RX_CONSUMED;
 	qp->rnr_held = false;
 	if (m->len)
@@ -362,6 +363,16 @@ static enum rx_result rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t
 		return RX_CONSUMED;
 	if (qp->ibv.qp_base.qp_type != IBV_QPT_UD && m->src_qpn != qp->attr.dest_qp_num)
 		return RX_CONSUMED; /* not from the QP we are connected to */
+	if (qp->ibv.qp_base.qp_type == IBV_QPT_RC) {
+		uint32_t ab = atomic_load_explicit(&qp->page->rnr_abandon, memory_order_acquire);
+
+		/* The requester gave up on this one after RNR retries: never accepted. */
+		if (ab && sv_msn_le(ab, m->msn)) {
+			qp->rnr_held = false;
+			qp->rx_active = false;
+			return RX_CONSUMED;
+		}
+	}
 	switch (m->op) {
 	case SHM_OP_SEND:
 		return rx_send(qp, m, pos);

@@ -13,6 +13,8 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "core/sv_device.h"
+
 /* The remote end of a UD send, copied from the AH so the AH may go away after posting. */
 struct sv_ud_dest {
 	union ibv_gid dgid;
@@ -21,6 +23,7 @@ struct sv_ud_dest {
 	uint16_t dlid;
 	uint8_t is_global;
 	uint8_t sl;
+	uint8_t sgid_index;
 };
 
 struct sv_send_wqe {
@@ -55,6 +58,13 @@ struct sv_recv_wqe {
 	uint32_t num_sge;
 	uint32_t pad;
 	struct ibv_sge sge[];
+};
+
+/* A receive WQE taken off its queue (the responder holds it while data arrives). */
+struct sv_recv {
+	uint64_t wr_id;
+	uint32_t num_sge;
+	struct ibv_sge sge[SV_MAX_SGE];
 };
 
 struct sv_wq {

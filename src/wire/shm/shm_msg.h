@@ -82,7 +82,7 @@ struct shm_rsge {
 struct shm_qp_page {
 	uint32_t magic;
 	int32_t pid;
-	uint32_t qpn;
+	_Atomic uint32_t qpn;
 	uint32_t qp_type;
 	_Atomic uint32_t state;  /* enum ibv_qp_state */
 	_Atomic uint32_t access; /* qp_access_flags */
@@ -90,6 +90,9 @@ struct shm_qp_page {
 	_Atomic uint32_t qkey;
 	_Atomic uint32_t dest_qpn;
 	_Atomic uint32_t min_rnr_timer; /* what an RNR NAK from this QP asks the requester to wait */
+	/* Written by the requester: it gave up on this msn after RNR retries (0: none). What
+	 * it sent from there on was never accepted (a NIC would have NAKed it) and is dropped. */
+	_Atomic uint32_t rnr_abandon;
 };
 
 #define SHM_QP_PAGE_SIZE 4096
