@@ -157,7 +157,7 @@ static struct timespec deadline_in(int ms)
 	return t;
 }
 
-/* The dots after a step's name, up to one column for every step. */
+/* The dots after a step's name, so that the times of all steps line up. */
 static const char *dots(void)
 {
 	static const char all[] = "................................................";
@@ -392,11 +392,12 @@ static int tcp_connect(const char *host, int port, int timeout_ms)
 	if (fd < 0)
 		die("socket: %s", strerror(errno));
 	rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+	err = rc ? errno : 0;
 	freeaddrinfo(ai);
-	if (rc && errno != EINPROGRESS)
-		die("connect to %s:%d: %s%s", host, port, strerror(errno),
-		    errno == ECONNREFUSED ? " (is the server running?)" : "");
-	if (rc) {
+	if (err && err != EINPROGRESS)
+		die("connect to %s:%d: %s%s", host, port, strerror(err),
+		    err == ECONNREFUSED ? " (is the server running?)" : "");
+	if (err) {
 		pfd = (struct pollfd){ .fd = fd, .events = POLLOUT };
 		do
 			rc = poll(&pfd, 1, timeout_ms);
@@ -488,7 +489,7 @@ static void oob_expect(const char *want)
 	char line[256];
 
 	oob_recv(line, sizeof(line), want);
-	if (strcmp(line, want))
+	if (strcmp(line, want) != 0)
 		die("protocol: the %s sent \"%s\", expected \"%s\"", peer_role, line, want);
 }
 
@@ -578,8 +579,8 @@ static void step1_open_device(struct side *s)
 	errno = 0;
 	list = ibv_get_device_list(&n);
 	if (!list)
-		die("ibv_get_device_list: %s (no RDMA stack here? try: softverbs run %s)",
-		    strerror(errno ? errno : ENODEV), "walkthrough");
+		die("ibv_get_device_list: %s (no RDMA device here? try: softverbs run walkthrough)",
+		    errno_str(errno));
 	if (n == 0)
 		die("ibv_get_device_list: no RDMA device (try: softverbs run walkthrough)");
 	s->ctx = check_ptr(ibv_open_device(list[0]), "ibv_open_device");
@@ -971,7 +972,7 @@ static void server_step8_batch(struct side *s)
 static void server_step9_read(struct side *s)
 {
 	(void)s;
-	step_begin(9, "RDMA READ by the client (no work here)");
+	step_begin(9, "RDMA READ by the client (nothing to do here)");
 	oob_expect("read-verified");
 	step_end("verified by the client");
 }
@@ -1064,7 +1065,9 @@ static pid_t fork_side(struct side *s, int listen_fd, int port)
 
 static const char *exit_str(int status, char *buf, size_t len)
 {
-	if (WIFEXITED(status))
+	if (status == -1)
+		snprintf(buf, len, "status unknown");
+	else if (WIFEXITED(status))
 		snprintf(buf, len, "exit status %d", WEXITSTATUS(status));
 	else if (WIFSIGNALED(status))
 		snprintf(buf, len, "killed by signal %d", WTERMSIG(status));
@@ -1155,7 +1158,7 @@ static void usage(FILE *f, const char *prog)
 {
 	fprintf(f,
 "usage: %s [OPTIONS]               server: wait for one client\n"
-"       %s [OPTIONS] SERVER_IPV4   client: connect to the server\n"
+"       %s [OPTIONS] SERVER        client: connect to the server (IPv4 address or name)\n"
 "       %s [OPTIONS] --self        both, forked, over loopback; exit 0 iff both pass\n"
 "\n"
 "The seed article's verbs walk-through between two processes, each step timed:\n"
@@ -1169,7 +1172,8 @@ static void usage(FILE *f, const char *prog)
 "\n"
 "options:\n"
 "  -p PORT    TCP port of the out-of-band exchange (default %d)\n"
-"  -g INDEX   GID index to address the peer by (default 0; RoCE needs a GID);\n"
+"  -g INDEX   GID index to address the peer by (default 0; RoCE needs a GID;\n"
+"             ibv_devinfo -v lists them);\n"
 "             -1: LID addressing, no GRH (InfiniBand only)\n"
 "  -n N       number of WRITEs in step 8 (default %d, at most %d)\n"
 "  --self     run the server and a client in two processes (TCP on 127.0.0.1)\n"

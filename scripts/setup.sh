@@ -28,6 +28,9 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)"
 
 if [ "${1:-}" != "--no-run" ]; then
-  # The main job: Debian's unmodified ibv_devinfo, on softverbs.
-  build/bin/softverbs run ibv_devinfo -v
+  # The main job: the device as Debian's unmodified ibv_devices sees it, then the
+  # walk-through (open, PD, CQ, RC QP, MR, connect, RDMA WRITE, a batch of WRITEs with
+  # only the last signaled, READ back, SEND, clean up) between two processes.
+  build/bin/softverbs run ibv_devices
+  build/bin/softverbs run build/bin/walkthrough --self
 fi
