@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: the normal build (every test), an ASan+UBSan build
-# (unit and verbs tests), and a clang build (must compile warning-free).
+# (unit and verbs tests), a TSan build (the data-path tests), and a clang build (must
+# compile warning-free).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,13 @@ echo "== ASan+UBSan build: unit and verbs tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSV_SANITIZE=address,undefined >/dev/null
 cmake --build build-asan -j"$(nproc)"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j2 -L 'unit|verbs')
+
+echo "== TSan build: the data path's progress engine under the two-process and threaded tests"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSV_SANITIZE=thread >/dev/null
+cmake --build build-tsan -j"$(nproc)"
+# die_after_fork=0: the tests fork their peer processes, which start threads.
+(cd build-tsan && TSAN_OPTIONS="die_after_fork=0 halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
+  ctest --output-on-failure -R 'verbs_test_data_')
 
 echo "== clang build"
 CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -109,18 +109,19 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 	struct ibv_qp *ib = &qp->ibv.qp_base;
 
 	ib->qp_type = attr->qp_type;
-	err = -sv_qp_data_init(qp);
-	if (err)
-		goto err_rq;
-	err = -sv_engine_add_qp(qp, &qpn);
-	if (err)
-		goto err_data;
 	ib->context = context;
 	ib->qp_context = attr->qp_context;
 	ib->pd = attr->pd;
 	ib->send_cq = attr->send_cq;
 	ib->recv_cq = attr->recv_cq;
 	ib->srq = attr->srq;
+	err = -sv_qp_data_init(qp);
+	if (err)
+		goto err_rq;
+	/* From here peers can attach: everything they read is set above. */
+	err = -sv_engine_add_qp(qp, &qpn);
+	if (err)
+		goto err_data;
 	ib->handle = qpn;
 	ib->qp_num = qpn;
 	ib->state = IBV_QPS_RESET;

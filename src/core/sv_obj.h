@@ -128,9 +128,10 @@ struct sv_qp {
 	struct shm_qp_page *page;
 	struct shm_fifo *rx;
 	atomic_flag rx_busy;          /* one consumer of rx at a time */
-	/* requester, under sq.lock (peer also under rx_busy) */
+	/* requester, under sq.lock (peer also under rx_busy); the atomic flags are
+	 * written under the lock and read without it as hints (relaxed) */
 	struct sv_peer *peer;         /* RC/UC: the connected QP */
-	bool connect_pending;         /* in RTR or later, but the peer was not found yet */
+	atomic_bool connect_pending;  /* in RTR or later, but the peer was not found yet */
 	bool want_connect;            /* transmit waits for an attach to want_qpn */
 	uint32_t want_qpn;
 	bool ud_unreachable_valid;    /* UD: the last attach, to ud_unreachable, failed */
@@ -140,14 +141,14 @@ struct sv_qp {
 	uint32_t next_msn;
 	uint64_t tx_off;              /* bytes of the WQE at sq_next sent so far (in pieces) */
 	uint32_t rd_atomic_out;       /* READs and atomics waiting for their answer */
-	bool tx_blocked;              /* the peer's fifo was full: try again later */
+	atomic_bool tx_blocked;       /* the peer's fifo was full: try again later */
 	uint32_t rnr_msn;             /* the send an RNR NAK holds up */
-	uint64_t rnr_deadline;        /* ns; when its RNR retries run out (0: none) */
+	_Atomic uint64_t rnr_deadline; /* ns; when its RNR retries run out (0: none) */
 	_Atomic int err_event;        /* -1, or the async event of an error to enter */
 	atomic_bool peer_left;        /* the peer said goodbye: let go of it when drained */
 	/* responder, under rx_busy */
 	uint32_t ack_due, ack_sent;   /* the last msn handled / acknowledged */
-	bool rnr_held;                /* the message at the head waits for a receive */
+	atomic_bool rnr_held;         /* the message at the head waits for a receive */
 	uint32_t rnr_told;            /* msn whose RNR NAK was sent */
 	bool rx_active;               /* a SEND in pieces is being received into rx_recv */
 	struct sv_recv rx_recv;

@@ -50,19 +50,18 @@ static void drop_peers(struct sv_qp *qp)
 	struct sv_peer *peer;
 	struct sv_ud_dests *d;
 
-	while (atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
-		sched_yield();
+	sv_rx_lock(qp);
 	pthread_spin_lock(&qp->sq.lock);
 	peer = qp->peer;
 	qp->peer = NULL;
-	qp->connect_pending = false;
+	sv_set_hint(qp->connect_pending, false);
 	qp->want_connect = false;
 	qp->ud_unreachable_valid = false;
 	atomic_store(&qp->peer_left, false);
 	d = qp->ud_dests;
 	qp->ud_dests = NULL;
 	pthread_spin_unlock(&qp->sq.lock);
-	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
+	sv_rx_unlock(qp);
 	sv_engine_disconnect(peer);
 	if (d) {
 		for (int i = 0; i < d->n; i++)
@@ -129,7 +128,7 @@ void sv_qp_flush_sq_locked(struct sv_qp *qp)
 	qp->sq_next = wq->head;
 	qp->tx_off = 0;
 	qp->rd_atomic_out = 0;
-	qp->rnr_deadline = 0;
+	sv_set_hint(qp->rnr_deadline, 0);
 }
 
 void sv_qp_flush_rq_locked(struct sv_qp *qp)
@@ -168,8 +167,8 @@ static void qp_drain(struct sv_qp *qp)
 	qp->tx_off = 0;
 	qp->next_msn = 0;
 	qp->rd_atomic_out = 0;
-	qp->rnr_deadline = 0;
-	qp->tx_blocked = false;
+	sv_set_hint(qp->rnr_deadline, 0);
+	sv_set_hint(qp->tx_blocked, false);
 	pthread_spin_unlock(&qp->sq.lock);
 	pthread_spin_lock(&qp->rq.lock);
 	sv_wq_reset(&qp->rq);
@@ -190,7 +189,7 @@ static void rx_discard(struct sv_qp *qp)
 	while ((s = shm_fifo_peek(qp->rx, &pos)))
 		shm_fifo_release(qp->rx, ((struct shm_msg *)s->hdr)->nslots);
 	qp->ack_due = qp->ack_sent = 0;
-	qp->rnr_held = false;
+	sv_set_hint(qp->rnr_held, false);
 	qp->rnr_told = 0;
 	qp->rx_active = false;
 	qp->resp_off = 0;
@@ -203,17 +202,19 @@ static void qp_connect(struct sv_qp *qp)
 	int err;
 
 	err = sv_engine_connect(qp, qp->attr.dest_qp_num, &peer);
+	sv_rx_lock(qp);
 	pthread_spin_lock(&qp->sq.lock);
 	if (!err) {
 		qp->peer = peer;
-		qp->connect_pending = false;
+		sv_set_hint(qp->connect_pending, false);
 	} else {
 		/* Not on this host (yet): sends will find out (RETRY_EXC_ERR). */
-		qp->connect_pending = true;
+		sv_set_hint(qp->connect_pending, true);
 		sv_dbg("qp %u: peer qp %u not found (%d)", qp->ibv.qp_base.qp_num,
 		       qp->attr.dest_qp_num, err);
 	}
 	pthread_spin_unlock(&qp->sq.lock);
+	sv_rx_unlock(qp);
 }
 
 void sv_qp_data_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state next)
@@ -303,12 +304,12 @@ int sv_qp_progress(struct sv_qp *qp)
 
 	if (atomic_load_explicit(&qp->peer_left, memory_order_relaxed))
 		n += peer_left(qp);
-	if ((qp->tx_blocked || qp->rnr_deadline || qp->connect_pending) &&
-	    !pthread_spin_trylock(&qp->sq.lock)) {
+	if ((sv_hint(qp->tx_blocked) || sv_hint(qp->rnr_deadline) ||
+	     sv_hint(qp->connect_pending)) && !pthread_spin_trylock(&qp->sq.lock)) {
 		bool connect;
 
 		n += sv_req_timers(qp);
-		if (qp->tx_blocked)
+		if (sv_hint(qp->tx_blocked))
 			sv_qp_tx_locked(qp);
 		connect = qp->want_connect;
 		pthread_spin_unlock(&qp->sq.lock);
@@ -324,13 +325,13 @@ void sv_qp_recv_posted(struct sv_qp *qp)
 {
 	/* A message held for want of a receive may go on now; wake the progress thread
 	 * (a system call only in this case: the sender is waiting on RNR). */
-	if (qp->rnr_held)
+	if (sv_hint(qp->rnr_held))
 		sv_engine_kick();
 }
 
 bool sv_qp_arm(struct sv_qp *qp)
 {
-	if (qp->rnr_held || !qp->seg)
+	if (sv_hint(qp->rnr_held) || !qp->seg)
 		return true; /* what waits there needs a receive, not us */
 	return shm_fifo_arm(qp->rx);
 }
@@ -343,7 +344,8 @@ void sv_qp_disarm(struct sv_qp *qp)
 
 bool sv_qp_needs_timer(struct sv_qp *qp)
 {
-	return qp->tx_blocked || qp->rnr_deadline || qp->connect_pending ||
+	return sv_hint(qp->tx_blocked) || sv_hint(qp->rnr_deadline) ||
+	       sv_hint(qp->connect_pending) ||
 	       atomic_load_explicit(&qp->peer_left, memory_order_relaxed) ||
 	       atomic_load_explicit(&qp->err_event, memory_order_relaxed) >= 0;
 }
@@ -352,10 +354,12 @@ void sv_qp_peer_lost(struct sv_qp *qp, uint32_t peer_qpn, bool fatal)
 {
 	bool ours;
 
-	/* Only a hint read without the lock: the QP may have moved on to another peer. */
-	ours = qp->ibv.qp_base.qp_type != IBV_QPT_UD && qp->attr.dest_qp_num == peer_qpn &&
-	       (qp->attr.qp_state == IBV_QPS_RTR || qp->attr.qp_state == IBV_QPS_RTS ||
-		qp->attr.qp_state == IBV_QPS_SQD);
+	uint32_t st = atomic_load(&qp->page->state);
+
+	/* Read from the published page, without the QP's lock: the engine never waits for
+	 * it. The QP may have moved on to another peer meanwhile. */
+	ours = qp->ibv.qp_base.qp_type != IBV_QPT_UD && atomic_load(&qp->page->dest_qpn) == peer_qpn &&
+	       (st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD);
 	if (!ours)
 		return;
 	sv_dbg("qp %u: peer qp %u %s", qp->ibv.qp_base.qp_num, peer_qpn,

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/uio.h>
+#include <sched.h>
 #include <time.h>
 
 #include "core/sv_engine.h"
@@ -23,6 +24,23 @@ enum {
 	SV_RX_BUDGET = 64,
 	SV_IOV_MAX = 64,
 };
+
+/* The QP's hint flags: written under their lock, read anywhere (relaxed is enough: a
+ * stale read only delays work to the next pass). */
+#define sv_hint(field) atomic_load_explicit(&(field), memory_order_relaxed)
+#define sv_set_hint(field, v) atomic_store_explicit(&(field), (v), memory_order_relaxed)
+
+/* Waits for the fifo's consumer role (held only briefly, never across a wait). */
+static inline void sv_rx_lock(struct sv_qp *qp)
+{
+	while (atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
+		sched_yield();
+}
+
+static inline void sv_rx_unlock(struct sv_qp *qp)
+{
+	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
+}
 
 struct sv_ud_dests {
 	int n;

@@ -202,6 +202,8 @@ void sv_qp_tx_connect(struct sv_qp *qp)
 	}
 	pthread_spin_unlock(&qp->sq.lock);
 	err = sv_engine_connect(qp, qpn, &peer);
+	/* qp->peer changes under both rx_busy and sq.lock (the responder reads it). */
+	sv_rx_lock(qp);
 	pthread_spin_lock(&qp->sq.lock);
 	/* Still wanted? (a reset in between forgets the wish) */
 	if (qp->want_connect && qp->want_qpn == qpn) {
@@ -217,11 +219,12 @@ void sv_qp_tx_connect(struct sv_qp *qp)
 				qp->peer = peer;
 				peer = NULL;
 			}
-			qp->connect_pending = false;
+			sv_set_hint(qp->connect_pending, false);
 		}
 		sv_qp_tx_locked(qp);
 	}
 	pthread_spin_unlock(&qp->sq.lock);
+	sv_rx_unlock(qp);
 	if (peer)
 		sv_engine_disconnect(peer);
 	sv_qp_settle(qp);
@@ -520,7 +523,7 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 		}
 		return peer ? tx_send(qp, peer, w, false) : TX_BLOCKED;
 	}
-	if (!peer && qp->connect_pending) {
+	if (!peer && sv_hint(qp->connect_pending)) {
 		/* Attach with no lock held (sv_qp_tx_connect), then transmit. */
 		qp->want_connect = true;
 		qp->want_qpn = qp->attr.dest_qp_num;
@@ -647,7 +650,7 @@ void sv_qp_tx_locked(struct sv_qp *qp)
 
 	if (st != IBV_QPS_RTS || atomic_load(&qp->err_event) >= 0)
 		return;
-	qp->tx_blocked = false;
+	sv_set_hint(qp->tx_blocked, false);
 	while (qp->sq_next != qp->sq.head) {
 		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, qp->sq_next);
 		enum tx_result r;
@@ -659,7 +662,7 @@ void sv_qp_tx_locked(struct sv_qp *qp)
 			continue;
 		r = tx_one(qp, w);
 		if (r == TX_BLOCKED) {
-			qp->tx_blocked = true;
+			sv_set_hint(qp->tx_blocked, true);
 			break;
 		}
 		qp->sq_next++;
@@ -687,8 +690,8 @@ static void acked_upto(struct sv_qp *qp, uint32_t msn)
 		    w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || w->opcode == IBV_WR_RDMA_READ)
 			qp->rd_atomic_out--;
 	}
-	if (qp->rnr_deadline && sv_msn_le(qp->rnr_msn, msn))
-		qp->rnr_deadline = 0;
+	if (sv_hint(qp->rnr_deadline) && sv_msn_le(qp->rnr_msn, msn))
+		sv_set_hint(qp->rnr_deadline, 0);
 }
 
 static struct sv_send_wqe *waiting_wqe(struct sv_qp *qp, uint32_t msn)
@@ -763,11 +766,13 @@ void sv_req_answer(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 		break;
 	case SHM_OP_RNR:
 		/* IBA 9.7.5.2.8: wait; after rnr_retry tries (7: forever) give up. */
-		if (qp->attr.rnr_retry != 7 && !qp->rnr_deadline) {
+		if (qp->attr.rnr_retry != 7 && !sv_hint(qp->rnr_deadline)) {
 			uint32_t t = m->aux < 32 ? rnr_timer_us[m->aux] : rnr_timer_us[0];
 
 			qp->rnr_msn = m->msn;
-			qp->rnr_deadline = sv_now_ns() + (uint64_t)t * 1000 * (qp->attr.rnr_retry + 1u);
+			uint64_t wait = (uint64_t)t * 1000 * (qp->attr.rnr_retry + 1u);
+
+			sv_set_hint(qp->rnr_deadline, sv_now_ns() + wait);
 		}
 		break;
 	default:
@@ -785,11 +790,11 @@ int sv_req_timers(struct sv_qp *qp)
 {
 	struct sv_send_wqe *w;
 
-	if (!qp->rnr_deadline || sv_now_ns() < qp->rnr_deadline)
+	if (!sv_hint(qp->rnr_deadline) || sv_now_ns() < sv_hint(qp->rnr_deadline))
 		return 0;
 	/* IBA 9.7.5.2.8: the RNR retries ran out. */
 	w = waiting_wqe(qp, qp->rnr_msn);
-	qp->rnr_deadline = 0;
+	sv_set_hint(qp->rnr_deadline, 0);
 	if (w) {
 		acked_upto(qp, w->msn - 1);
 		sv_wqe_done(w, IBV_WC_RNR_RETRY_EXC_ERR);

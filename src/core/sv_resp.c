@@ -103,9 +103,9 @@ static enum rx_result rnr(struct sv_qp *qp, const struct shm_msg *m)
 {
 	if (qp->srq)
 		atomic_store(&qp->srq->rnr_waiting, 1);
-	if (qp->rnr_told != m->msn && !answer(qp, SHM_OP_RNR, m->msn, qp->attr.min_rnr_timer, 0))
+	if (qp->rnr_told != m->msn && !answer(qp, SHM_OP_RNR, m->msn, atomic_load_explicit(&qp->page->min_rnr_timer, memory_order_relaxed), 0))
 		qp->rnr_told = m->msn;
-	qp->rnr_held = true;
+	sv_set_hint(qp->rnr_held, true);
 	return RX_HOLD;
 }
 
@@ -148,11 +148,11 @@ static enum rx_result rx_send(struct sv_qp *qp, const struct shm_msg *m, uint64_
 	int n_iov, k;
 
 	if (m->flags & SHM_F_FIRST) {
-		if (type == IBV_QPT_UD && m->aux != qp->attr.qkey)
+		if (type == IBV_QPT_UD && m->aux != atomic_load_explicit(&qp->page->qkey, memory_order_relaxed))
 			return RX_CONSUMED; /* IBA 10.2.4: a Q_Key mismatch drops the datagram */
 		if (!take_recv(qp, &qp->rx_recv))
 			return type == IBV_QPT_RC ? rnr(qp, m) : RX_CONSUMED; /* UC, UD: dropped */
-		qp->rnr_held = false;
+		sv_set_hint(qp->rnr_held, false);
 		qp->rx_active = true;
 	} else if (!qp->rx_active) {
 		return RX_CONSUMED; /* a piece of a message we did not start */
@@ -196,7 +196,7 @@ static enum rx_result rx_write_imm(struct sv_qp *qp, const struct shm_msg *m)
 
 	if (!take_recv(qp, &r))
 		return qp->ibv.qp_base.qp_type == IBV_QPT_RC ? rnr(qp, m) : RX_CONSUMED;
-	qp->rnr_held = false;
+	sv_set_hint(qp->rnr_held, false);
 	finish_recv(qp, &r, m, IBV_WC_SUCCESS, m->len);
 	return RX_CONSUMED;
 }
@@ -216,7 +216,7 @@ static enum rx_result refuse(struct sv_qp *qp, const struct shm_msg *m, enum ibv
 static bool rdma_allowed(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len,
 			 uint32_t need, uint64_t *va)
 {
-	if (!(qp->attr.qp_access_flags & need))
+	if (!(atomic_load_explicit(&qp->page->access, memory_order_relaxed) & need))
 		return false;
 	return sv_mr_check(sv_qp_ctx(qp)->mrs.slots, rkey, qp->pd->handle, need, addr, len, va) ==
 	       SV_ACCESS_OK;
@@ -234,7 +234,7 @@ static enum rx_result rx_write(struct sv_qp *qp, const struct shm_msg *m, uint64
 		return refuse(qp, m, IBV_WC_REM_ACCESS_ERR);
 	if (imm && !take_recv(qp, &r))
 		return qp->ibv.qp_base.qp_type == IBV_QPT_RC ? rnr(qp, m) : RX_CONSUMED;
-	qp->rnr_held = false;
+	sv_set_hint(qp->rnr_held, false);
 	if (m->len)
 		shm_fifo_get(qp->rx, pos, 0, (void *)(uintptr_t)va, m->len);
 	if (imm) {
@@ -289,7 +289,7 @@ static enum rx_result rx_atomic(struct sv_qp *qp, const struct shm_msg *m)
 		return RX_CONSUMED;
 	a = sv_mr_check(sv_qp_ctx(qp)->mrs.slots, m->u.atomic.rkey, qp->pd->handle,
 			IBV_ACCESS_REMOTE_ATOMIC, m->u.atomic.addr, 8, &va);
-	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC))
+	if (!(atomic_load_explicit(&qp->page->access, memory_order_relaxed) & IBV_ACCESS_REMOTE_ATOMIC))
 		a = SV_ACCESS_NO_RIGHT;
 	if (a == SV_ACCESS_OK && (m->u.atomic.addr & 7)) {
 		if (answer(qp, SHM_OP_NAK, m->msn, IBV_WC_REM_INV_REQ_ERR, 0))
@@ -337,7 +337,8 @@ static enum rx_result rx_atomic(struct sv_qp *qp, const struct shm_msg *m)
 
 static enum rx_result rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 {
-	enum ibv_qp_state st = qp->attr.qp_state;
+	/* The published state: modify_qp may change it while we consume. */
+	enum ibv_qp_state st = atomic_load_explicit(&qp->page->state, memory_order_acquire);
 
 	switch (m->op) {
 	case SHM_OP_ACK:
@@ -368,7 +369,7 @@ static enum rx_result rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t
 
 		/* The requester gave up on this one after RNR retries: never accepted. */
 		if (ab && sv_msn_le(ab, m->msn)) {
-			qp->rnr_held = false;
+			sv_set_hint(qp->rnr_held, false);
 			qp->rx_active = false;
 			return RX_CONSUMED;
 		}
