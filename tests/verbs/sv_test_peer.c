@@ -1,0 +1,1134 @@
+#include "verbs/sv_test_peer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- endpoint ------------------------------------------------------------------------ */
+
+void tp_ep_open(struct tp_ep *ep, size_t len, int mr_access)
+{
+	memset(ep, 0, sizeof(*ep));
+	ep->res = tu_res_open();
+	assert_non_null(ep->res);
+	ep->ch = ibv_create_comp_channel(ep->res->ctx);
+	assert_non_null(ep->ch);
+	ep->scq = ibv_create_cq(ep->res->ctx, 4096, NULL, ep->ch, 0);
+	ep->rcq = ibv_create_cq(ep->res->ctx, 4096, NULL, ep->ch, 0);
+	assert_non_null(ep->scq);
+	assert_non_null(ep->rcq);
+	ep->buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(ep->buf != MAP_FAILED);
+	ep->len = len;
+	ep->mr = ibv_reg_mr(ep->res->pd, ep->buf, len, mr_access ? mr_access : TP_ACCESS_ALL);
+	if (!ep->mr)
+		fail_msg("ibv_reg_mr of %zu bytes, access 0x%x: errno %d", len, mr_access, errno);
+}
+
+int tp_ep_close(struct tp_ep *ep)
+{
+	int rc = 0;
+
+	if (!ep->res)
+		return 0;
+	for (int i = ep->nqp - 1; i >= 0; i--)
+		if (ep->qp[i] && ibv_destroy_qp(ep->qp[i])) {
+			fprintf(stderr, "tp_ep_close: ibv_destroy_qp: errno %d\n", errno);
+			rc = -1;
+		}
+	ep->nqp = 0;
+	for (int i = ep->nah - 1; i >= 0; i--)
+		rc |= ibv_destroy_ah(ep->ah[i]) ? -1 : 0;
+	ep->nah = 0;
+	if (ep->srq && ibv_destroy_srq(ep->srq))
+		rc = -1;
+	if (ep->mr && ibv_dereg_mr(ep->mr))
+		rc = -1;
+	if (ep->buf)
+		munmap(ep->buf, ep->len);
+	if (ep->scq && ibv_destroy_cq(ep->scq))
+		rc = -1;
+	if (ep->rcq && ibv_destroy_cq(ep->rcq))
+		rc = -1;
+	if (ep->ch && ibv_destroy_comp_channel(ep->ch))
+		rc = -1;
+	if (tu_res_close(ep->res))
+		rc = -1;
+	memset(ep, 0, sizeof(*ep));
+	return rc;
+}
+
+int tp_ep_create_qp(struct tp_ep *ep, const struct tp_qp_opts *o)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = ep->scq,
+		.recv_cq = ep->rcq,
+		.srq = o->use_srq ? ep->srq : NULL,
+		.cap = { .max_send_wr = o->max_wr ? o->max_wr : 64,
+			 .max_recv_wr = o->use_srq ? 0 : (o->max_wr ? o->max_wr : 64),
+			 .max_send_sge = o->max_sge ? o->max_sge : 4,
+			 .max_recv_sge = o->use_srq ? 0 : (o->max_sge ? o->max_sge : 4),
+			 .max_inline_data = o->max_inline ? o->max_inline : 256 },
+		.qp_type = (enum ibv_qp_type)o->type,
+		.sq_sig_all = (int)o->sig_all,
+	};
+	struct ibv_qp *qp;
+
+	assert_true(ep->nqp < TP_MAX_QPS);
+	assert_true(!o->use_srq || ep->srq);
+	qp = ibv_create_qp(ep->res->pd, &a);
+	if (!qp)
+		fail_msg("ibv_create_qp(%s): errno %d", tu_qp_type_str(a.qp_type), errno);
+	ep->qp[ep->nqp] = qp;
+	return ep->nqp++;
+}
+
+void tp_ep_create_srq(struct tp_ep *ep, uint32_t max_wr, uint32_t max_sge)
+{
+	struct ibv_srq_init_attr a = { .attr = { .max_wr = max_wr, .max_sge = max_sge } };
+
+	assert_null(ep->srq);
+	ep->srq = ibv_create_srq(ep->res->pd, &a);
+	if (!ep->srq)
+		fail_msg("ibv_create_srq: errno %d", errno);
+}
+
+void tp_ep_info(const struct tp_ep *ep, int qp, struct tp_info *info)
+{
+	memset(info, 0, sizeof(*info));
+	info->qpn = ep->qp[qp]->qp_num;
+	info->psn = (info->qpn * 2654435761u >> 8) & 0xffffff;
+	info->lid = ep->res->port.lid;
+	info->gid = ep->res->gid;
+	info->addr = (uintptr_t)ep->buf;
+	info->len = ep->len;
+	info->rkey = ep->mr ? ep->mr->rkey : 0;
+}
+
+void tp_conn(const struct tp_ep *ep, const struct tp_info *self, const struct tp_info *peer,
+	     struct tu_conn *c)
+{
+	tu_conn_init(c, ep->res, peer->qpn);
+	c->sq_psn = self->psn;
+	c->rq_psn = peer->psn;
+	c->ah.grh.dgid = peer->gid;
+	c->ah.dlid = peer->lid;
+	c->access = TP_QP_ACCESS_ALL;
+	c->max_rd_atomic = 16;
+	c->max_dest_rd_atomic = 16;
+	c->min_rnr_timer = 1;
+}
+
+static struct ibv_ah *ep_ah(struct tp_ep *ep, const struct ibv_ah_attr *want)
+{
+	struct ibv_ah_attr a;
+
+	for (int i = 0; i < ep->nah; i++) {
+		const struct ibv_ah_attr *h = &ep->ah_attr[i];
+
+		if (h->is_global == want->is_global && h->dlid == want->dlid &&
+		    h->port_num == want->port_num && h->grh.sgid_index == want->grh.sgid_index &&
+		    !memcmp(&h->grh.dgid, &want->grh.dgid, sizeof(h->grh.dgid)))
+			return ep->ah[i];
+	}
+	assert_true(ep->nah < TP_MAX_AH);
+	a = *want;
+	ep->ah[ep->nah] = ibv_create_ah(ep->res->pd, &a);
+	if (!ep->ah[ep->nah])
+		fail_msg("ibv_create_ah (is_global %d, dlid %u): errno %d", a.is_global, a.dlid, errno);
+	ep->ah_attr[ep->nah] = a;
+	return ep->ah[ep->nah++];
+}
+
+int tp_ep_post_send(struct tp_ep *ep, int qp, const struct tp_wr *w, int n, int *bad)
+{
+	struct ibv_send_wr *wr = calloc((size_t)n, sizeof(*wr)), *bad_wr = NULL;
+	struct ibv_sge *sge = calloc((size_t)n * TP_MAX_SGE, sizeof(*sge));
+	uint32_t lkey = ep->mr ? ep->mr->lkey : 0;
+	int rc;
+
+	assert_non_null(wr);
+	assert_non_null(sge);
+	for (int i = 0; i < n; i++) {
+		assert_true(w[i].nsge <= TP_MAX_SGE);
+		for (uint32_t k = 0; k < w[i].nsge; k++) {
+			sge[i * TP_MAX_SGE + k].addr = (uintptr_t)(ep->buf + w[i].sge[k].off);
+			sge[i * TP_MAX_SGE + k].length = w[i].sge[k].len;
+			sge[i * TP_MAX_SGE + k].lkey = lkey ^ w[i].lkey_xor;
+		}
+		wr[i].wr_id = w[i].wr_id;
+		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
+		wr[i].sg_list = w[i].nsge ? &sge[i * TP_MAX_SGE] : NULL;
+		wr[i].num_sge = (int)w[i].nsge;
+		wr[i].opcode = (enum ibv_wr_opcode)w[i].opcode;
+		wr[i].send_flags = w[i].send_flags;
+		wr[i].imm_data = w[i].imm;
+		if (ep->qp[qp]->qp_type == IBV_QPT_UD) {
+			wr[i].wr.ud.ah = ep_ah(ep, &w[i].ah);
+			wr[i].wr.ud.remote_qpn = w[i].remote_qpn;
+			wr[i].wr.ud.remote_qkey = w[i].remote_qkey;
+		} else if (w[i].opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+			   w[i].opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+			wr[i].wr.atomic.remote_addr = w[i].remote_addr;
+			wr[i].wr.atomic.rkey = w[i].rkey;
+			wr[i].wr.atomic.compare_add = w[i].compare_add;
+			wr[i].wr.atomic.swap = w[i].swap;
+		} else {
+			wr[i].wr.rdma.remote_addr = w[i].remote_addr;
+			wr[i].wr.rdma.rkey = w[i].rkey;
+		}
+	}
+	rc = ibv_post_send(ep->qp[qp], wr, &bad_wr);
+	if (bad)
+		*bad = rc && bad_wr ? (int)(bad_wr - wr) : n;
+	free(sge);
+	free(wr);
+	return rc;
+}
+
+int tp_ep_post_recv(struct tp_ep *ep, int qp, uint64_t wr_id, const struct tp_sge *s, int nsge)
+{
+	struct ibv_sge sge[TP_MAX_SGE];
+	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = sge, .num_sge = nsge }, *bad;
+
+	assert_true(nsge <= TP_MAX_SGE);
+	for (int k = 0; k < nsge; k++) {
+		sge[k].addr = (uintptr_t)(ep->buf + s[k].off);
+		sge[k].length = s[k].len;
+		sge[k].lkey = ep->mr ? ep->mr->lkey : 0;
+	}
+	if (!nsge)
+		wr.sg_list = NULL;
+	return qp < 0 ? ibv_post_srq_recv(ep->srq, &wr, &bad) : ibv_post_recv(ep->qp[qp], &wr, &bad);
+}
+
+/* ---- patterns and waits --------------------------------------------------------------- */
+
+unsigned char tp_pattern(size_t i, uint32_t seed)
+{
+	uint32_t x = (uint32_t)i * 0x9e3779b1u + seed * 0x85ebca77u + 0x165667b1u;
+
+	x ^= x >> 15;
+	x *= 0x2c1b3c6du;
+	x ^= x >> 12;
+	return (unsigned char)(x ^ (x >> 8) ^ (x >> 16) ^ (x >> 24));
+}
+
+void tp_fill(void *buf, size_t len, uint32_t seed, size_t start)
+{
+	unsigned char *b = buf;
+
+	for (size_t i = 0; i < len; i++)
+		b[i] = tp_pattern(start + i, seed);
+}
+
+long tp_mismatch(const void *buf, size_t len, uint32_t seed, size_t start)
+{
+	const unsigned char *b = buf;
+
+	for (size_t i = 0; i < len; i++)
+		if (b[i] != tp_pattern(start + i, seed))
+			return (long)i;
+	return -1;
+}
+
+void tp_assert_pattern(const void *buf, size_t len, uint32_t seed, size_t start,
+		       const char *what)
+{
+	long at = tp_mismatch(buf, len, seed, start);
+
+	if (at >= 0)
+		fail_msg("%s: byte %ld of %zu is 0x%02x, expected 0x%02x", what, at, len,
+			 ((const unsigned char *)buf)[at], tp_pattern(start + (size_t)at, seed));
+}
+
+void tp_expect_wc(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status status, int timeout_ms,
+		  struct ibv_wc *out)
+{
+	struct ibv_wc wc;
+
+	memset(&wc, 0, sizeof(wc));
+	if (tu_poll(cq, 1, &wc, timeout_ms) != 1)
+		fail_msg("no completion within %d ms (expected wr_id %llu, %s)", timeout_ms,
+			 (unsigned long long)wr_id, ibv_wc_status_str(status));
+	if (wc.wr_id != wr_id || wc.status != status)
+		fail_msg("completion wr_id %llu status %s (vendor_err %u), expected wr_id %llu "
+			 "status %s",
+			 (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), wc.vendor_err,
+			 (unsigned long long)wr_id, ibv_wc_status_str(status));
+	if (out)
+		*out = wc;
+}
+
+void tp_expect_no_wc(struct ibv_cq *cq, int ms, const char *why)
+{
+	struct ibv_wc wc;
+
+	if (tu_poll(cq, 1, &wc, ms) != 0)
+		fail_msg("%s: unexpected completion wr_id %llu status %s opcode %d",
+			 why, (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), wc.opcode);
+}
+
+bool tp_wait_state(struct ibv_qp *qp, enum ibv_qp_state state, int timeout_ms)
+{
+	long long end = tu_now_ms() + timeout_ms;
+
+	for (;;) {
+		if (tu_query_state(qp) == state)
+			return true;
+		if (tu_now_ms() > end)
+			return false;
+		sched_yield();
+	}
+}
+
+bool tp_wait_async(struct ibv_context *ctx, enum ibv_event_type type, int timeout_ms,
+		   struct ibv_async_event *out)
+{
+	long long end = tu_now_ms() + timeout_ms;
+
+	for (;;) {
+		struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
+		struct ibv_async_event ev;
+		long long left = end - tu_now_ms();
+
+		if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
+			return false;
+		if (ibv_get_async_event(ctx, &ev))
+			return false;
+		ibv_ack_async_event(&ev);
+		if (ev.event_type == type) {
+			if (out)
+				*out = ev;
+			return true;
+		}
+	}
+}
+
+bool tp_fd_ready(int fd)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	return poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN);
+}
+
+/* ---- the wire between parent and agent ----------------------------------------------- */
+
+#define TP_MAX_CHAIN 8
+
+struct tp_req {
+	uint32_t op;
+	int32_t qp;
+	uint64_t a, b, c, d, e;
+	int32_t n;
+	struct tp_qp_opts qpo;
+	struct tu_conn conn;
+	struct tp_sge sge[TP_MAX_SGE];
+	struct tp_wr wr[TP_MAX_CHAIN];
+	uint8_t data[TP_PEEK_MAX];
+};
+
+struct tp_rep {
+	uint32_t op;
+	int32_t rc;
+	int64_t v;
+	int32_t n;
+	struct tp_info info;
+	struct ibv_wc wc[TP_MAX_WC];
+	uint8_t data[TP_PEEK_MAX];
+	char msg[200];
+};
+
+/* The agent: where parent and child meet. */
+static const char agent_flag[] = "--tp-agent";
+
+static void agent_fail(struct tp_rep *rep, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void agent_fail(struct tp_rep *rep, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	rep->rc = rc;
+	va_start(ap, fmt);
+	vsnprintf(rep->msg, sizeof(rep->msg), fmt, ap);
+	va_end(ap);
+}
+
+static bool agent_has_qp(const struct tp_ep *ep, int qp, struct tp_rep *rep)
+{
+	if (qp < 0 || qp >= ep->nqp || !ep->qp[qp]) {
+		agent_fail(rep, -1, "no QP %d", qp);
+		return false;
+	}
+	return true;
+}
+
+static void agent_faa_burst(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *rep)
+{
+	uint32_t n = (uint32_t)q->n, window = (uint32_t)q->e, posted = 0, done = 0;
+	uint64_t *val = (uint64_t *)ep->buf;
+	long long end = tu_now_ms() + 15000;
+	long bad = 0;
+
+	if ((uint64_t)n * 8 > ep->len || !window) {
+		agent_fail(rep, -1, "burst of %u does not fit", n);
+		return;
+	}
+	while (done < n) {
+		struct ibv_wc wc[16];
+		int got;
+
+		while (posted < n && posted - done < window) {
+			struct tp_wr w = {
+				.wr_id = posted,
+				.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+				.send_flags = IBV_SEND_SIGNALED,
+				.nsge = 1,
+				.sge = { { .off = posted * 8, .len = 8 } },
+				.remote_addr = q->c,
+				.rkey = (uint32_t)q->d,
+				.compare_add = q->b,
+			};
+			int rc = tp_ep_post_send(ep, q->qp, &w, 1, NULL);
+
+			if (rc) {
+				agent_fail(rep, -1, "post of atomic %u: %d", posted, rc);
+				return;
+			}
+			posted++;
+		}
+		got = ibv_poll_cq(ep->scq, 16, wc);
+		for (int i = 0; i < got; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS || wc[i].wr_id != done) {
+				agent_fail(rep, -1, "atomic %u: wr_id %llu status %s", done,
+					   (unsigned long long)wc[i].wr_id,
+					   ibv_wc_status_str(wc[i].status));
+				return;
+			}
+			done++;
+		}
+		if (got < 0 || tu_now_ms() > end) {
+			agent_fail(rep, -1, "burst: %u of %u atomics completed in 15 s", done, n);
+			return;
+		}
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (((val[i] >> q->a) & 0xffffffffu) != i)
+			bad++;
+	rep->v = bad;
+}
+
+static void agent_do(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *rep)
+{
+	struct ibv_srq_attr sa;
+	int qp = q->qp;
+
+	switch (q->op) {
+	case TP_OPEN:
+		tp_ep_open(ep, q->a, (int)q->b);
+		break;
+	case TP_CREATE_QP:
+		rep->v = tp_ep_create_qp(ep, &q->qpo);
+		break;
+	case TP_CREATE_SRQ:
+		tp_ep_create_srq(ep, (uint32_t)q->a, (uint32_t)q->b);
+		break;
+	case TP_INFO:
+		if (agent_has_qp(ep, qp, rep))
+			tp_ep_info(ep, qp, &rep->info);
+		break;
+	case TP_CONNECT:
+		if (agent_has_qp(ep, qp, rep))
+			rep->rc = tu_qp_connect(ep->qp[qp], &q->conn, IBV_QPS_RTS);
+		break;
+	case TP_POST_SEND:
+		if (agent_has_qp(ep, qp, rep))
+			rep->rc = tp_ep_post_send(ep, qp, q->wr, q->n, &rep->n);
+		break;
+	case TP_POST_RECV:
+		if (qp < 0 || agent_has_qp(ep, qp, rep))
+			rep->rc = tp_ep_post_recv(ep, qp, q->a, q->sge, q->n);
+		break;
+	case TP_POLL:
+		rep->n = tu_poll(q->a ? ep->scq : ep->rcq, q->n, rep->wc, (int)q->b);
+		break;
+	case TP_FILL:
+		tp_fill(ep->buf + q->a, q->b, (uint32_t)q->c, q->d);
+		break;
+	case TP_CHECK:
+		rep->v = tp_mismatch(ep->buf + q->a, q->b, (uint32_t)q->c, q->d);
+		if (rep->v >= 0) {
+			rep->data[0] = ep->buf[q->a + (uint64_t)rep->v];
+			rep->data[1] = tp_pattern(q->d + (size_t)rep->v, (uint32_t)q->c);
+		}
+		break;
+	case TP_PEEK:
+		memcpy(rep->data, ep->buf + q->a, q->b);
+		break;
+	case TP_POKE:
+		memcpy(ep->buf + q->a, q->data, q->b);
+		break;
+	case TP_STATE:
+		if (agent_has_qp(ep, qp, rep))
+			rep->v = tu_query_state(ep->qp[qp]);
+		break;
+	case TP_WAIT_STATE:
+		if (agent_has_qp(ep, qp, rep))
+			rep->v = tp_wait_state(ep->qp[qp], (enum ibv_qp_state)q->a, (int)q->b);
+		break;
+	case TP_WAIT_ASYNC: {
+		struct ibv_async_event ev;
+		long long end = tu_now_ms() + (long long)q->b;
+
+		rep->v = 0;
+		while (!rep->v && tp_wait_async(ep->res->ctx, (enum ibv_event_type)q->a,
+						(int)(end - tu_now_ms()), &ev))
+			rep->v = qp < 0 ? ev.element.srq == ep->srq : ev.element.qp == ep->qp[qp];
+		break;
+	}
+	case TP_ASYNC_PENDING:
+		rep->v = tp_fd_ready(ep->res->ctx->async_fd);
+		break;
+	case TP_ARM_CQ:
+		rep->rc = ibv_req_notify_cq(ep->rcq, (int)q->a);
+		break;
+	case TP_WAIT_CQ_EVENT: {
+		struct pollfd pfd = { .fd = ep->ch->fd, .events = POLLIN };
+		struct ibv_cq *cq;
+		void *cq_ctx;
+
+		rep->v = poll(&pfd, 1, (int)q->b) == 1 && !ibv_get_cq_event(ep->ch, &cq, &cq_ctx);
+		if (rep->v)
+			ibv_ack_cq_events(cq, 1);
+		break;
+	}
+	case TP_CQ_EVENT_PENDING:
+		rep->v = tp_fd_ready(ep->ch->fd);
+		break;
+	case TP_ARM_SRQ:
+		sa = (struct ibv_srq_attr){ .srq_limit = (uint32_t)q->a };
+		rep->rc = ibv_modify_srq(ep->srq, &sa, IBV_SRQ_LIMIT);
+		break;
+	case TP_SRQ_LIMIT:
+		memset(&sa, 0, sizeof(sa));
+		rep->rc = ibv_query_srq(ep->srq, &sa);
+		rep->v = sa.srq_limit;
+		break;
+	case TP_DEREG_MR:
+		rep->rc = ibv_dereg_mr(ep->mr);
+		if (!rep->rc)
+			ep->mr = NULL;
+		if (!rep->rc && q->a) {
+			munmap(ep->buf, ep->len);
+			ep->buf = NULL;
+		}
+		break;
+	case TP_DESTROY_QP:
+		if (agent_has_qp(ep, qp, rep)) {
+			rep->rc = ibv_destroy_qp(ep->qp[qp]);
+			if (!rep->rc)
+				ep->qp[qp] = NULL;
+		}
+		break;
+	case TP_MODIFY_STATE:
+		if (agent_has_qp(ep, qp, rep)) {
+			struct ibv_qp_attr a = { .qp_state = (enum ibv_qp_state)q->a };
+
+			rep->rc = ibv_modify_qp(ep->qp[qp], &a, IBV_QP_STATE);
+		}
+		break;
+	case TP_FAA_BURST:
+		if (agent_has_qp(ep, qp, rep))
+			agent_faa_burst(ep, q, rep);
+		break;
+	case TP_EXIT:
+		rep->rc = tp_ep_close(ep);
+		break;
+	default:
+		agent_fail(rep, -1, "unknown request %u", q->op);
+	}
+}
+
+static int agent_sock = -1;
+
+static void agent_run(void **state)
+{
+	struct tp_ep ep;
+	struct tp_req *q = calloc(1, sizeof(*q));
+	struct tp_rep *rep = calloc(1, sizeof(*rep));
+	/* Bounded even when the parent stops asking: it may be stuck in the library. */
+	struct timeval tv = { .tv_sec = 60 };
+
+	(void)state;
+	assert_non_null(q);
+	assert_non_null(rep);
+	memset(&ep, 0, sizeof(ep));
+	setsockopt(agent_sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	for (;;) {
+		/* Blocked here between requests: nothing of the library runs on this thread. */
+		ssize_t r = read(agent_sock, q, sizeof(*q));
+
+		if (r != (ssize_t)sizeof(*q)) {
+			tp_ep_close(&ep);
+			fail_msg("agent: the parent went away (read %zd, errno %d)", r, errno);
+		}
+		memset(rep, 0, sizeof(*rep));
+		rep->op = q->op;
+		agent_do(&ep, q, rep);
+		if (write(agent_sock, rep, sizeof(*rep)) != (ssize_t)sizeof(*rep))
+			fail_msg("agent: answer lost (errno %d)", errno);
+		if (q->op == TP_EXIT)
+			break;
+	}
+	free(q);
+	free(rep);
+}
+
+void tp_main(int argc, char **argv)
+{
+	const struct CMUnitTest agent[] = { cmocka_unit_test(agent_run) };
+
+	if (argc != 3 || strcmp(argv[1], agent_flag)) {
+		/* Not an agent. SV_TEST_FILTER=pattern runs only the tests it matches. */
+		if (getenv("SV_TEST_FILTER"))
+			cmocka_set_test_filter(getenv("SV_TEST_FILTER"));
+		return;
+	}
+	agent_sock = atoi(argv[2]);
+	exit(cmocka_run_group_tests_name("tp-agent", agent, NULL, NULL) ? 1 : 0);
+}
+
+/* ---- the parent's side ---------------------------------------------------------------- */
+
+static bool reap(struct tp_peer *p, int ms);
+
+bool tp_fresh(const char *test_name, int timeout_ms)
+{
+	extern char **environ;
+	const char *fresh = getenv("SV_TEST_FRESH");
+	char filter[160], mark[160], **env;
+	struct tp_peer p = { .sock = -1, .pidfd = -1 };
+	size_t n = 0;
+
+	if (fresh && !strcmp(fresh, test_name))
+		return true;
+	snprintf(filter, sizeof(filter), "SV_TEST_FILTER=%s", test_name);
+	snprintf(mark, sizeof(mark), "SV_TEST_FRESH=%s", test_name);
+	while (environ[n])
+		n++;
+	env = calloc(n + 3, sizeof(*env));
+	assert_non_null(env);
+	for (size_t i = 0, k = 0; i < n; i++)
+		if (strncmp(environ[i], "SV_TEST_FILTER=", 15) && strncmp(environ[i], "SV_TEST_FRESH=", 14))
+			env[k++] = environ[i];
+	for (n = 0; env[n]; n++)
+		;
+	env[n] = filter;
+	env[n + 1] = mark;
+	fflush(NULL);
+	p.pid = fork();
+	assert_true(p.pid >= 0);
+	if (p.pid == 0) {
+		char *argv[] = { "tp-fresh", NULL };
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execve("/proc/self/exe", argv, env);
+		_exit(98);
+	}
+	free(env);
+	p.pidfd = (int)syscall(SYS_pidfd_open, p.pid, 0);
+	assert_true(p.pidfd >= 0);
+	if (!reap(&p, timeout_ms)) {
+		kill(p.pid, SIGKILL);
+		reap(&p, TP_WAIT_MS);
+		close(p.pidfd);
+		fail_msg("the fresh run of %s did not end within %d ms (killed)", test_name,
+			 timeout_ms);
+	}
+	close(p.pidfd);
+	if (p.status)
+		fail_msg("the fresh run of %s failed (exit status %d; its output is above)",
+			 test_name, p.status);
+	return false;
+}
+
+void tp_start(struct tp_peer *p)
+{
+	int sv[2];
+	pid_t parent = getpid();
+
+	memset(p, 0, sizeof(*p));
+	p->sock = p->pidfd = -1;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	fflush(NULL);
+	p->pid = fork();
+	assert_true(p->pid >= 0);
+	if (p->pid == 0) {
+		char fd[16];
+
+		/* Fresh process: nothing of the parent's library or cmocka state survives. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(99);
+		snprintf(fd, sizeof(fd), "%d", sv[1]);
+		fcntl(sv[1], F_SETFD, 0);
+		execl("/proc/self/exe", "tp-agent", agent_flag, fd, (char *)NULL);
+		_exit(98);
+	}
+	close(sv[1]);
+	p->sock = sv[0];
+	p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
+	assert_true(p->pidfd >= 0);
+}
+
+/* Waits up to @ms for the agent to exit; records its status. True if it did. */
+static bool reap(struct tp_peer *p, int ms)
+{
+	struct pollfd pfd = { .fd = p->pidfd, .events = POLLIN };
+	int st;
+
+	if (!p->pid)
+		return true;
+	if (poll(&pfd, 1, ms) != 1)
+		return false;
+	if (waitpid(p->pid, &st, 0) != p->pid)
+		return false;
+	p->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	p->pid = 0;
+	return true;
+}
+
+void tp_kill(struct tp_peer *p)
+{
+	assert_true(p->pid > 0);
+	assert_int_equal(kill(p->pid, SIGKILL), 0);
+	assert_true(reap(p, TP_WAIT_MS));
+	p->status = 0; /* killed on purpose: not a failure of the agent */
+}
+
+int tp_cleanup(struct tp_peer *p)
+{
+	int rc = 0;
+
+	if (p->pid > 0 && !reap(p, 0)) {
+		fprintf(stderr, "tp_cleanup: agent %d still running: killed\n", (int)p->pid);
+		kill(p->pid, SIGKILL);
+		reap(p, TP_WAIT_MS);
+		rc = -1;
+	} else if (p->status) {
+		fprintf(stderr, "tp_cleanup: agent exited with status %d\n", p->status);
+		rc = -1;
+	}
+	if (p->sock >= 0)
+		close(p->sock);
+	if (p->pidfd >= 0)
+		close(p->pidfd);
+	p->sock = p->pidfd = -1;
+	return rc;
+}
+
+static void send_req(struct tp_peer *p, const struct tp_req *q)
+{
+	if (send(p->sock, q, sizeof(*q), MSG_NOSIGNAL) != (ssize_t)sizeof(*q))
+		fail_msg("request %u to the agent: errno %d (agent gone?)", q->op, errno);
+}
+
+static void recv_rep(struct tp_peer *p, uint32_t op, struct tp_rep *rep, int timeout_ms)
+{
+	struct pollfd pfd = { .fd = p->sock, .events = POLLIN };
+	ssize_t r;
+
+	if (poll(&pfd, 1, timeout_ms) != 1)
+		fail_msg("the agent did not answer request %u within %d ms", op, timeout_ms);
+	r = recv(p->sock, rep, sizeof(*rep), 0);
+	if (r != (ssize_t)sizeof(*rep)) {
+		reap(p, 1000);
+		fail_msg("request %u: the agent hung up (exit status %d; see its output above)",
+			 op, p->pid ? -1 : p->status);
+	}
+	if (rep->op != op)
+		fail_msg("the agent answered request %u to request %u", rep->op, op);
+}
+
+/* One request and its answer; @extra_ms: how long the agent itself may wait. */
+static int call(struct tp_peer *p, struct tp_req *q, struct tp_rep *rep, int extra_ms)
+{
+	send_req(p, q);
+	recv_rep(p, q->op, rep, TP_WAIT_MS + extra_ms);
+	if (rep->msg[0])
+		print_message("agent: %s\n", rep->msg);
+	return rep->rc;
+}
+
+/* Scratch for the helpers below: each test is one thread. */
+static struct tp_req *new_req(uint32_t op, int qp)
+{
+	static struct tp_req q;
+
+	memset(&q, 0, sizeof(q));
+	q.op = op;
+	q.qp = qp;
+	return &q;
+}
+
+static struct tp_rep rep_buf;
+
+static int simple(struct tp_peer *p, uint32_t op, int qp, uint64_t a, uint64_t b)
+{
+	struct tp_req *q = new_req(op, qp);
+
+	q->a = a;
+	q->b = b;
+	return call(p, q, &rep_buf, 0);
+}
+
+void tp_open(struct tp_peer *p, size_t len, int mr_access)
+{
+	assert_int_equal(simple(p, TP_OPEN, 0, len, (uint64_t)mr_access), 0);
+}
+
+int tp_create_qp(struct tp_peer *p, const struct tp_qp_opts *o)
+{
+	struct tp_req *q = new_req(TP_CREATE_QP, 0);
+
+	q->qpo = *o;
+	assert_int_equal(call(p, q, &rep_buf, 0), 0);
+	return (int)rep_buf.v;
+}
+
+void tp_create_srq(struct tp_peer *p, uint32_t max_wr, uint32_t max_sge)
+{
+	assert_int_equal(simple(p, TP_CREATE_SRQ, 0, max_wr, max_sge), 0);
+}
+
+void tp_info(struct tp_peer *p, int qp, struct tp_info *info)
+{
+	assert_int_equal(simple(p, TP_INFO, qp, 0, 0), 0);
+	*info = rep_buf.info;
+}
+
+int tp_connect(struct tp_peer *p, int qp, const struct tu_conn *c)
+{
+	struct tp_req *q = new_req(TP_CONNECT, qp);
+
+	q->conn = *c;
+	return call(p, q, &rep_buf, 0);
+}
+
+int tp_post_send(struct tp_peer *p, int qp, const struct tp_wr *wr, int n, int *bad)
+{
+	struct tp_req *q = new_req(TP_POST_SEND, qp);
+	int rc;
+
+	assert_true(n <= TP_MAX_CHAIN);
+	memcpy(q->wr, wr, (size_t)n * sizeof(*wr));
+	q->n = n;
+	rc = call(p, q, &rep_buf, 0);
+	if (bad)
+		*bad = rep_buf.n;
+	return rc;
+}
+
+int tp_post_recv(struct tp_peer *p, int qp, uint64_t wr_id, const struct tp_sge *sge, int nsge)
+{
+	struct tp_req *q = new_req(TP_POST_RECV, qp);
+
+	assert_true(nsge <= TP_MAX_SGE);
+	q->a = wr_id;
+	if (nsge)
+		memcpy(q->sge, sge, (size_t)nsge * sizeof(*sge));
+	q->n = nsge;
+	return call(p, q, &rep_buf, 0);
+}
+
+int tp_poll(struct tp_peer *p, bool send, int n, int timeout_ms, struct ibv_wc *wc)
+{
+	struct tp_req *q = new_req(TP_POLL, 0);
+
+	assert_true(n <= TP_MAX_WC);
+	q->a = send;
+	q->b = (uint64_t)timeout_ms;
+	q->n = n;
+	call(p, q, &rep_buf, timeout_ms);
+	memcpy(wc, rep_buf.wc, (size_t)rep_buf.n * sizeof(*wc));
+	return rep_buf.n;
+}
+
+void tp_expect_peer_wc(struct tp_peer *p, bool send, uint64_t wr_id, enum ibv_wc_status status,
+		       struct ibv_wc *out)
+{
+	struct ibv_wc wc;
+
+	if (tp_poll(p, send, 1, TP_WAIT_MS, &wc) != 1)
+		fail_msg("peer: no %s completion within %d ms (expected wr_id %llu, %s)",
+			 send ? "send" : "receive", TP_WAIT_MS, (unsigned long long)wr_id,
+			 ibv_wc_status_str(status));
+	if (wc.wr_id != wr_id || wc.status != status)
+		fail_msg("peer: %s completion wr_id %llu status %s, expected wr_id %llu status %s",
+			 send ? "send" : "receive", (unsigned long long)wc.wr_id,
+			 ibv_wc_status_str(wc.status), (unsigned long long)wr_id,
+			 ibv_wc_status_str(status));
+	if (out)
+		*out = wc;
+}
+
+void tp_fill_peer(struct tp_peer *p, uint64_t off, uint64_t len, uint32_t seed, uint64_t start)
+{
+	struct tp_req *q = new_req(TP_FILL, 0);
+
+	q->a = off;
+	q->b = len;
+	q->c = seed;
+	q->d = start;
+	assert_int_equal(call(p, q, &rep_buf, 0), 0);
+}
+
+void tp_check_peer(struct tp_peer *p, uint64_t off, uint64_t len, uint32_t seed, uint64_t start,
+		   const char *what)
+{
+	struct tp_req *q = new_req(TP_CHECK, 0);
+
+	q->a = off;
+	q->b = len;
+	q->c = seed;
+	q->d = start;
+	assert_int_equal(call(p, q, &rep_buf, 0), 0);
+	if (rep_buf.v >= 0)
+		fail_msg("%s: peer's byte %lld of %llu is 0x%02x, expected 0x%02x", what,
+			 (long long)rep_buf.v, (unsigned long long)len, rep_buf.data[0],
+			 rep_buf.data[1]);
+}
+
+void tp_peek(struct tp_peer *p, uint64_t off, void *out, uint32_t len)
+{
+	assert_true(len <= TP_PEEK_MAX);
+	assert_int_equal(simple(p, TP_PEEK, 0, off, len), 0);
+	memcpy(out, rep_buf.data, len);
+}
+
+void tp_poke(struct tp_peer *p, uint64_t off, const void *in, uint32_t len)
+{
+	struct tp_req *q = new_req(TP_POKE, 0);
+
+	assert_true(len <= TP_PEEK_MAX);
+	q->a = off;
+	q->b = len;
+	memcpy(q->data, in, len);
+	assert_int_equal(call(p, q, &rep_buf, 0), 0);
+}
+
+enum ibv_qp_state tp_state(struct tp_peer *p, int qp)
+{
+	assert_int_equal(simple(p, TP_STATE, qp, 0, 0), 0);
+	return (enum ibv_qp_state)rep_buf.v;
+}
+
+bool tp_wait_peer_state(struct tp_peer *p, int qp, enum ibv_qp_state state, int timeout_ms)
+{
+	struct tp_req *q = new_req(TP_WAIT_STATE, qp);
+
+	q->a = state;
+	q->b = (uint64_t)timeout_ms;
+	assert_int_equal(call(p, q, &rep_buf, timeout_ms), 0);
+	return rep_buf.v != 0;
+}
+
+bool tp_wait_peer_async(struct tp_peer *p, enum ibv_event_type type, int qp, int timeout_ms)
+{
+	struct tp_req *q = new_req(TP_WAIT_ASYNC, qp);
+
+	q->a = type;
+	q->b = (uint64_t)timeout_ms;
+	assert_int_equal(call(p, q, &rep_buf, timeout_ms), 0);
+	return rep_buf.v != 0;
+}
+
+bool tp_peer_async_pending(struct tp_peer *p)
+{
+	assert_int_equal(simple(p, TP_ASYNC_PENDING, 0, 0, 0), 0);
+	return rep_buf.v != 0;
+}
+
+int tp_arm_recv_cq(struct tp_peer *p, bool solicited_only)
+{
+	return simple(p, TP_ARM_CQ, 0, solicited_only, 0);
+}
+
+bool tp_wait_cq_event(struct tp_peer *p, int timeout_ms)
+{
+	struct tp_req *q = new_req(TP_WAIT_CQ_EVENT, 0);
+
+	q->b = (uint64_t)timeout_ms;
+	assert_int_equal(call(p, q, &rep_buf, timeout_ms), 0);
+	return rep_buf.v != 0;
+}
+
+bool tp_cq_event_pending(struct tp_peer *p)
+{
+	assert_int_equal(simple(p, TP_CQ_EVENT_PENDING, 0, 0, 0), 0);
+	return rep_buf.v != 0;
+}
+
+int tp_arm_srq(struct tp_peer *p, uint32_t limit)
+{
+	return simple(p, TP_ARM_SRQ, 0, limit, 0);
+}
+
+uint32_t tp_srq_limit(struct tp_peer *p)
+{
+	assert_int_equal(simple(p, TP_SRQ_LIMIT, 0, 0, 0), 0);
+	return (uint32_t)rep_buf.v;
+}
+
+int tp_dereg_mr(struct tp_peer *p, bool unmap)
+{
+	return simple(p, TP_DEREG_MR, 0, unmap, 0);
+}
+
+int tp_destroy_qp(struct tp_peer *p, int qp)
+{
+	return simple(p, TP_DESTROY_QP, qp, 0, 0);
+}
+
+int tp_modify_state(struct tp_peer *p, int qp, enum ibv_qp_state state)
+{
+	return simple(p, TP_MODIFY_STATE, qp, state, 0);
+}
+
+void tp_faa_burst_start(struct tp_peer *p, int qp, uint32_t n, uint64_t add, uint64_t raddr,
+			uint32_t rkey, uint32_t window, uint32_t shift)
+{
+	struct tp_req *q = new_req(TP_FAA_BURST, qp);
+
+	q->n = (int32_t)n;
+	q->a = shift;
+	q->b = add;
+	q->c = raddr;
+	q->d = rkey;
+	q->e = window;
+	send_req(p, q);
+}
+
+long tp_faa_burst_result(struct tp_peer *p, int timeout_ms)
+{
+	recv_rep(p, TP_FAA_BURST, &rep_buf, timeout_ms);
+	if (rep_buf.msg[0])
+		print_message("agent: %s\n", rep_buf.msg);
+	return rep_buf.rc ? -1 : (long)rep_buf.v;
+}
+
+long tp_faa_burst(struct tp_peer *p, int qp, uint32_t n, uint64_t add, uint64_t raddr,
+		  uint32_t rkey, uint32_t window, uint32_t shift)
+{
+	tp_faa_burst_start(p, qp, n, add, raddr, rkey, window, shift);
+	return tp_faa_burst_result(p, 20000);
+}
+
+static uint32_t async_op;
+
+void tp_request_async(struct tp_peer *p, uint32_t op, int qp, uint64_t a)
+{
+	struct tp_req *q = new_req(op, qp);
+
+	q->a = a;
+	async_op = op;
+	send_req(p, q);
+}
+
+bool tp_answer_ready(struct tp_peer *p)
+{
+	return tp_fd_ready(p->sock);
+}
+
+int tp_answer(struct tp_peer *p, int timeout_ms)
+{
+	recv_rep(p, async_op, &rep_buf, timeout_ms);
+	if (rep_buf.msg[0])
+		print_message("agent: %s\n", rep_buf.msg);
+	return rep_buf.rc;
+}
+
+void tp_stop(struct tp_peer *p)
+{
+	int rc;
+
+	assert_true(p->pid > 0);
+	rc = simple(p, TP_EXIT, 0, 0, 0);
+	if (!reap(p, TP_WAIT_MS))
+		fail_msg("the agent did not exit within %d ms", TP_WAIT_MS);
+	if (rc)
+		fail_msg("the agent could not clean up (rc %d)", rc);
+	if (p->status)
+		fail_msg("the agent exited with status %d", p->status);
+}
+
+/* ---- pairs ------------------------------------------------------------------------------ */
+
+void tp_pair_open(struct tp_pair *x, size_t len, const struct tp_qp_opts *lo,
+		  const struct tp_qp_opts *po)
+{
+	tp_start(&x->peer);
+	tp_open(&x->peer, len, 0);
+	x->pq = tp_create_qp(&x->peer, po ? po : lo);
+	tp_info(&x->peer, x->pq, &x->pi);
+	tp_ep_open(&x->ep, len, 0);
+	x->lq = tp_ep_create_qp(&x->ep, lo);
+	tp_ep_info(&x->ep, x->lq, &x->li);
+	tp_conn(&x->ep, &x->li, &x->pi, &x->lc);
+	tp_conn(&x->ep, &x->pi, &x->li, &x->pc);
+}
+
+void tp_pair_connect(struct tp_pair *x)
+{
+	int rc = tp_connect(&x->peer, x->pq, &x->pc);
+
+	if (rc)
+		fail_msg("agent's QP to RTS: %d", rc);
+	rc = tu_qp_connect(x->ep.qp[x->lq], &x->lc, IBV_QPS_RTS);
+	if (rc)
+		fail_msg("our QP to RTS: %d", rc);
+}
+
+void tp_pair_stop(struct tp_pair *x)
+{
+	tp_stop(&x->peer);
+	assert_int_equal(tp_ep_close(&x->ep), 0);
+}
+
+int tp_pair_setup(void **state)
+{
+	struct tp_pair *x = calloc(1, sizeof(*x));
+
+	if (!x)
+		return -1;
+	x->peer.sock = x->peer.pidfd = -1;
+	*state = x;
+	return 0;
+}
+
+int tp_pair_teardown(void **state)
+{
+	struct tp_pair *x = *state;
+	int rc;
+
+	if (!x)
+		return 0;
+	/* An agent that had to be killed here failed with its test: reported already. */
+	(void)tp_cleanup(&x->peer);
+	rc = tp_ep_close(&x->ep);
+	free(x);
+	*state = NULL;
+	return rc;
+}

@@ -1,0 +1,302 @@
+/*
+ * Two-process data tests: an endpoint (context, PD, CQs, QPs, one registered buffer) and a
+ * peer process that runs one for the test.
+ *
+ * The peer is a child that runs this test program afresh: fork, then exec of
+ * /proc/self/exe with "--tp-agent <fd>". It inherits none of the parent's library state
+ * (its progress thread, locks that thread held at the fork) nor cmocka's. It is an agent:
+ * it executes the ibv_* calls the parent asks for over a SOCK_SEQPACKET socketpair and
+ * answers with what they returned. The parent asserts; the agent only reports, and exits
+ * with the number of its own failures (0, or 1 if an ibv_* call it needed for setup
+ * failed; it prints why). It dies with its parent (PR_SET_PDEATHSIG).
+ *
+ * Between requests the agent is blocked in read() on its socket, calling nothing in the
+ * library: a test that leaves it there shows one-sided progress (RDMA READ, WRITE and
+ * atomics complete with no help from the target process).
+ *
+ * Every test program whose tests start peers calls tp_main() first in main().
+ */
+#ifndef SV_TEST_PEER_H
+#define SV_TEST_PEER_H
+
+#include <sys/types.h>
+
+#include "verbs/sv_test_util.h"
+
+#define TP_MAX_QPS 8
+#define TP_MAX_SGE 8
+#define TP_MAX_WC 16
+#define TP_MAX_AH 8
+#define TP_PEEK_MAX 256
+
+/* Every wait in the helpers is bounded by this unless a test passes its own. */
+#define TP_WAIT_MS 5000
+
+/* ---- an endpoint: what each side of a data test has --------------------------------- */
+
+struct tp_qp_opts {
+	uint32_t type;       /* enum ibv_qp_type */
+	uint32_t max_wr;     /* send and receive queue; 0: 64 */
+	uint32_t max_sge;    /* send and receive; 0: 4 */
+	uint32_t max_inline; /* 0: 256 */
+	uint32_t sig_all;    /* sq_sig_all */
+	uint32_t use_srq;    /* receive on the endpoint's SRQ (tp_ep_create_srq first) */
+};
+
+struct tp_ep {
+	struct tu_res *res; /* context, PD, port and GID 0 */
+	struct ibv_comp_channel *ch;
+	struct ibv_cq *scq, *rcq; /* every QP's send CQ and receive CQ, both on ch */
+	struct ibv_srq *srq;
+	struct ibv_qp *qp[TP_MAX_QPS];
+	int nqp;
+	unsigned char *buf; /* page aligned, zeroed */
+	size_t len;
+	struct ibv_mr *mr; /* buf, whole; NULL once deregistered */
+	struct ibv_ah *ah[TP_MAX_AH];
+	struct ibv_ah_attr ah_attr[TP_MAX_AH];
+	int nah;
+};
+
+/* What a peer needs to reach an endpoint's QP and memory. */
+struct tp_info {
+	uint32_t qpn;
+	uint32_t psn; /* the first PSN its send queue uses (tp_ep_info picks one per QP) */
+	uint16_t lid;
+	union ibv_gid gid;
+	uint64_t addr; /* the buffer */
+	uint64_t len;
+	uint32_t rkey;
+};
+
+/* All access rights an MR can have. */
+#define TP_ACCESS_ALL                                                                      \
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |      \
+	 IBV_ACCESS_REMOTE_ATOMIC)
+#define TP_QP_ACCESS_ALL                                                                   \
+	(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+
+/* Opens an endpoint with a @len byte buffer registered with @mr_access (0: TP_ACCESS_ALL).
+ * Fails the test if a part fails. */
+void tp_ep_open(struct tp_ep *ep, size_t len, int mr_access);
+/* Destroys what the endpoint holds; tolerant of a half-open endpoint. 0, or -1 if a
+ * destroy failed. */
+int tp_ep_close(struct tp_ep *ep);
+/* A QP on the endpoint's CQs: its index. Fails the test if creation fails. */
+int tp_ep_create_qp(struct tp_ep *ep, const struct tp_qp_opts *o);
+/* An SRQ of @max_wr receives with @max_sge each. */
+void tp_ep_create_srq(struct tp_ep *ep, uint32_t max_wr, uint32_t max_sge);
+void tp_ep_info(const struct tp_ep *ep, int qp, struct tp_info *info);
+/* The connection from QP @self to QP @peer that the data tests use: tu_conn_init's values
+ * towards the peer's QP, GID and LID, the two QPs' PSNs, every remote access, 16 RDMA
+ * Read/atomic requests each way and min_rnr_timer 1 (10 us; rnr_retry stays 7: for
+ * ever). @ep gives the port's MTU. */
+void tp_conn(const struct tp_ep *ep, const struct tp_info *self, const struct tp_info *peer,
+	     struct tu_conn *c);
+
+/* A work request in terms of the endpoint's buffer, so that it can cross to the agent. */
+struct tp_sge {
+	uint32_t off, len; /* bytes [off, off+len) of the buffer */
+};
+struct tp_wr {
+	uint64_t wr_id;
+	uint32_t opcode;     /* enum ibv_wr_opcode */
+	uint32_t send_flags; /* enum ibv_send_flags */
+	uint32_t nsge;
+	struct tp_sge sge[TP_MAX_SGE];
+	uint32_t lkey_xor; /* XORed into the buffer's lkey: a bad lkey */
+	uint64_t remote_addr;
+	uint32_t rkey;
+	uint32_t imm; /* network byte order, as in ibv_send_wr */
+	uint64_t compare_add, swap;
+	/* UD */
+	struct ibv_ah_attr ah;
+	uint32_t remote_qpn, remote_qkey;
+};
+
+/* Posts @n WRs as one chain on QP @qp (SGEs into ep->buf; an AH from wr->ah for UD).
+ * Returns ibv_post_send's value; *bad, if not NULL, the index of bad_wr (n if none). */
+int tp_ep_post_send(struct tp_ep *ep, int qp, const struct tp_wr *wr, int n, int *bad);
+/* Posts one receive to QP @qp (or to the SRQ if @qp < 0): ibv_post_recv's value. */
+int tp_ep_post_recv(struct tp_ep *ep, int qp, uint64_t wr_id, const struct tp_sge *sge,
+		    int nsge);
+
+/* Message content: byte i of message @seed is tp_pattern(i, seed), a hash of both, so a
+ * byte that lands at the wrong offset or from the wrong message shows. tp_fill writes
+ * bytes [@start, @start+len) of the message to @buf; tp_mismatch gives the first index into
+ * @buf that differs, or -1. */
+unsigned char tp_pattern(size_t i, uint32_t seed);
+void tp_fill(void *buf, size_t len, uint32_t seed, size_t start);
+long tp_mismatch(const void *buf, size_t len, uint32_t seed, size_t start);
+/* Fails the test, naming @what, if @buf does not hold those bytes of message @seed. */
+void tp_assert_pattern(const void *buf, size_t len, uint32_t seed, size_t start,
+		       const char *what);
+
+/* Polls @cq for one completion: fails the test after @timeout_ms or if its wr_id or status
+ * is not the one expected (both named in the message). */
+void tp_expect_wc(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status status,
+		  int timeout_ms, struct ibv_wc *out);
+/* Polls @cq for @ms: fails the test if a completion arrives (a negative check). */
+void tp_expect_no_wc(struct ibv_cq *cq, int ms, const char *why);
+/* Waits up to @timeout_ms for @qp to report @state (errors enter ERR asynchronously). */
+bool tp_wait_state(struct ibv_qp *qp, enum ibv_qp_state state, int timeout_ms);
+/* Reads async events (acknowledging each) until one of @type came: true and *ev (already
+ * acknowledged; its element is for comparison only), or false after @timeout_ms. */
+bool tp_wait_async(struct ibv_context *ctx, enum ibv_event_type type, int timeout_ms,
+		   struct ibv_async_event *ev);
+/* True if @fd is readable now (an event is pending). */
+bool tp_fd_ready(int fd);
+
+/* ---- the peer process ---------------------------------------------------------------- */
+
+struct tp_peer {
+	pid_t pid; /* 0 once reaped */
+	int sock;
+	int pidfd;
+	int status; /* the exit status once reaped: code, 128 + signal, or -1 (timed out) */
+};
+
+/* First in main(): if this run is an agent, runs it and exits. Otherwise applies
+ * SV_TEST_FILTER (a cmocka test name pattern), if set, to the tests about to run. */
+void tp_main(int argc, char **argv);
+
+/*
+ * Runs the calling test again in a fresh process: this program, with only that test
+ * (SV_TEST_FILTER), so that nothing earlier tests did to the library's state in this
+ * process (its progress thread's mode, say) shapes the outcome. Returns true in the fresh
+ * process, where the test goes on; in the caller, waits up to @timeout_ms for it and
+ * returns false if it passed, or fails the test (its output is above).
+ */
+bool tp_fresh(const char *test_name, int timeout_ms);
+
+/* Starts an agent. Fails the test if it cannot. */
+void tp_start(struct tp_peer *p);
+/* Asks the agent to clean up and exit; fails the test unless it exits with 0. */
+void tp_stop(struct tp_peer *p);
+/* SIGKILL now, then reap (bounded). */
+void tp_kill(struct tp_peer *p);
+/* For teardown: kills the agent if it still runs, reaps it, closes the socket. 0, or -1
+ * if the agent had not exited with status 0 by itself (with a message on stderr). */
+int tp_cleanup(struct tp_peer *p);
+
+/* Requests: each fails the test if the agent does not answer within the bound. */
+void tp_open(struct tp_peer *p, size_t len, int mr_access);
+int tp_create_qp(struct tp_peer *p, const struct tp_qp_opts *o);
+void tp_create_srq(struct tp_peer *p, uint32_t max_wr, uint32_t max_sge);
+void tp_info(struct tp_peer *p, int qp, struct tp_info *info);
+/* tu_qp_connect at the agent to RTS: its return. */
+int tp_connect(struct tp_peer *p, int qp, const struct tu_conn *c);
+int tp_post_send(struct tp_peer *p, int qp, const struct tp_wr *wr, int n, int *bad);
+int tp_post_recv(struct tp_peer *p, int qp, uint64_t wr_id, const struct tp_sge *sge, int nsge);
+/* Polls the agent's send (@send) or receive CQ for @n (<= TP_MAX_WC) completions within
+ * @timeout_ms: how many came. */
+int tp_poll(struct tp_peer *p, bool send, int n, int timeout_ms, struct ibv_wc *wc);
+/* One completion at the agent, as tp_expect_wc. */
+void tp_expect_peer_wc(struct tp_peer *p, bool send, uint64_t wr_id, enum ibv_wc_status status,
+		       struct ibv_wc *out);
+/* tp_fill and tp_assert_pattern on the agent's buffer at offset @off. */
+void tp_fill_peer(struct tp_peer *p, uint64_t off, uint64_t len, uint32_t seed, uint64_t start);
+void tp_check_peer(struct tp_peer *p, uint64_t off, uint64_t len, uint32_t seed, uint64_t start,
+		   const char *what);
+/* Up to TP_PEEK_MAX bytes of the agent's buffer. */
+void tp_peek(struct tp_peer *p, uint64_t off, void *out, uint32_t len);
+void tp_poke(struct tp_peer *p, uint64_t off, const void *in, uint32_t len);
+enum ibv_qp_state tp_state(struct tp_peer *p, int qp);
+/* Waits at the agent (up to @timeout_ms) until QP @qp reports @state. */
+bool tp_wait_peer_state(struct tp_peer *p, int qp, enum ibv_qp_state state, int timeout_ms);
+/* Waits at the agent for an async event of @type about its QP @qp, or its SRQ if @qp < 0. */
+bool tp_wait_peer_async(struct tp_peer *p, enum ibv_event_type type, int qp, int timeout_ms);
+/* True if the agent's async fd has an event pending now. */
+bool tp_peer_async_pending(struct tp_peer *p);
+/* ibv_req_notify_cq on the agent's receive CQ: its return. */
+int tp_arm_recv_cq(struct tp_peer *p, bool solicited_only);
+/* Waits at the agent for a CQ event on its channel (getting and acknowledging it): true if
+ * one came within @timeout_ms. */
+bool tp_wait_cq_event(struct tp_peer *p, int timeout_ms);
+/* True if the agent's completion channel has an event pending now. */
+bool tp_cq_event_pending(struct tp_peer *p);
+/* ibv_modify_srq(IBV_SRQ_LIMIT) at the agent: its return. */
+int tp_arm_srq(struct tp_peer *p, uint32_t limit);
+/* srq_limit from ibv_query_srq at the agent. */
+uint32_t tp_srq_limit(struct tp_peer *p);
+/* Deregisters the agent's MR (and unmaps its buffer if @unmap): ibv_dereg_mr's return. */
+int tp_dereg_mr(struct tp_peer *p, bool unmap);
+int tp_destroy_qp(struct tp_peer *p, int qp);
+int tp_modify_state(struct tp_peer *p, int qp, enum ibv_qp_state state);
+/*
+ * @n fetch-and-adds of @add to (@raddr, @rkey) from the agent's QP @qp, at most @window
+ * outstanding; the original values land at the start of the agent's buffer. Returns how
+ * many of them broke the rule that ((value >> shift) & 0xffffffff) of the i-th is i (the
+ * agent's adds are the only ones in those bits, and one QP's atomics execute in order),
+ * or -1 if an atomic failed.
+ */
+long tp_faa_burst(struct tp_peer *p, int qp, uint32_t n, uint64_t add, uint64_t raddr,
+		  uint32_t rkey, uint32_t window, uint32_t shift);
+
+/* tp_faa_burst in two steps, for bursts that run at the same time in several agents. */
+void tp_faa_burst_start(struct tp_peer *p, int qp, uint32_t n, uint64_t add, uint64_t raddr,
+			uint32_t rkey, uint32_t window, uint32_t shift);
+long tp_faa_burst_result(struct tp_peer *p, int timeout_ms);
+
+/* Any request in two steps, for one that runs while the test does other work: sends
+ * request @op (TP_DEREG_MR, TP_DESTROY_QP, ...) with its QP index and argument... */
+void tp_request_async(struct tp_peer *p, uint32_t op, int qp, uint64_t a);
+/* ...is its answer there yet... */
+bool tp_answer_ready(struct tp_peer *p);
+/* ...and its rc (fails the test after @timeout_ms). */
+int tp_answer(struct tp_peer *p, int timeout_ms);
+
+/* ---- the usual shape: one QP here, one in an agent, connected ----------------------- */
+
+struct tp_pair {
+	struct tp_ep ep;       /* ours */
+	struct tp_peer peer;   /* the agent */
+	int lq, pq;            /* our QP's index, the agent's */
+	struct tp_info li, pi; /* ours, the agent's */
+	struct tu_conn lc, pc; /* our QP's connection (to the agent), the agent's (to us) */
+};
+
+/* Starts the agent and opens both endpoints, each with a @len byte buffer and one QP (@po
+ * NULL: as @lo); fills lc and pc with tp_conn's values, which the test may change before
+ * tp_pair_connect. */
+void tp_pair_open(struct tp_pair *x, size_t len, const struct tp_qp_opts *lo,
+		  const struct tp_qp_opts *po);
+/* Both QPs to RTS, the agent's first. */
+void tp_pair_connect(struct tp_pair *x);
+/* Stops the agent (it must exit cleanly) and closes our endpoint. */
+void tp_pair_stop(struct tp_pair *x);
+/* cmocka setup/teardown: *state is a zeroed struct tp_pair; teardown kills an agent that
+ * still runs and closes what is open. */
+int tp_pair_setup(void **state);
+int tp_pair_teardown(void **state);
+
+enum tp_op {
+	TP_OPEN = 1,
+	TP_CREATE_QP,
+	TP_CREATE_SRQ,
+	TP_INFO,
+	TP_CONNECT,
+	TP_POST_SEND,
+	TP_POST_RECV,
+	TP_POLL,
+	TP_FILL,
+	TP_CHECK,
+	TP_PEEK,
+	TP_POKE,
+	TP_STATE,
+	TP_WAIT_STATE,
+	TP_WAIT_ASYNC,
+	TP_ASYNC_PENDING,
+	TP_ARM_CQ,
+	TP_WAIT_CQ_EVENT,
+	TP_CQ_EVENT_PENDING,
+	TP_ARM_SRQ,
+	TP_SRQ_LIMIT,
+	TP_DEREG_MR,
+	TP_DESTROY_QP,
+	TP_MODIFY_STATE,
+	TP_FAA_BURST,
+	TP_EXIT,
+};
+
+#endif

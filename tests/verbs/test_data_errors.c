@@ -1,0 +1,562 @@
+/*
+ * Errors on the RC data path between two processes, black-box (sv_test_peer.h).
+ *
+ * What is asserted (IBA vol 1 §9.7.5, §10.8.3, §11.6.2; rdma-core ibv_poll_cq(3): for a
+ * completion in error only wr_id, status, qp_num and vendor_err are valid):
+ * - Local errors (IBA 10.8.3.3 / C10-...): a bad lkey, an SGE past the end of its MR,
+ *   an RDMA READ into an MR without IBV_ACCESS_LOCAL_WRITE: IBV_WC_LOC_PROT_ERR at the
+ *   requester; nothing reaches the responder, whose QP carries on.
+ * - Remote access violations (IBA 9.7.5.2.4): a bad rkey, a range past the MR, an MR or
+ *   a QP without the right: IBV_WC_REM_ACCESS_ERR at the requester, the target memory
+ *   untouched, and the responder's QP in Error with IBV_EVENT_QP_ACCESS_ERR.
+ * - A receive too small: IBV_WC_LOC_LEN_ERR at the responder (its QP to Error) and
+ *   IBV_WC_REM_INV_REQ_ERR at the requester.
+ * - After an error completion the QP is in Error and every other outstanding WR, signaled
+ *   or not, send or receive, completes with IBV_WC_WR_FLUSH_ERR.
+ * - A peer killed with SIGKILL: our QPs enter Error within 1 s with IBV_EVENT_QP_FATAL,
+ *   their WRs flushed, with nobody polling. A peer that destroys its QP does not put ours
+ *   in Error; what waits for it, or is sent to it later, ends in IBV_WC_RETRY_EXC_ERR.
+ * - RC to a QP number nobody has: IBV_WC_RETRY_EXC_ERR.
+ * - An MR deregistered (and unmapped) by its owner while the peer writes to it: the
+ *   writes that come after fail with IBV_WC_REM_ACCESS_ERR; neither process crashes.
+ */
+#include "verbs/sv_test_peer.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BUF_LEN (1u << 20)
+#define W TP_WAIT_MS
+
+static const struct tp_qp_opts rc_opts = { .type = IBV_QPT_RC };
+
+static void expect_eq(long long got, long long want, const char *field, const char *what)
+{
+	if (got != want)
+		fail_msg("%s: %s is %lld (0x%llx), expected %lld (0x%llx)", what, field, got,
+			 (unsigned long long)got, want, (unsigned long long)want);
+}
+
+static struct tp_wr wr1(uint64_t id, enum ibv_wr_opcode op, uint32_t off, uint32_t len)
+{
+	struct tp_wr w;
+
+	memset(&w, 0, sizeof(w));
+	w.wr_id = id;
+	w.opcode = op;
+	w.send_flags = IBV_SEND_SIGNALED;
+	w.nsge = len ? 1 : 0;
+	w.sge[0].off = off;
+	w.sge[0].len = len;
+	return w;
+}
+
+/* A WR towards the agent's buffer at @roff. */
+static struct tp_wr wr_to(const struct tp_pair *x, uint64_t id, enum ibv_wr_opcode op,
+			  uint32_t off, uint32_t len, uint64_t roff)
+{
+	struct tp_wr w = wr1(id, op, off, len);
+
+	w.remote_addr = x->pi.addr + roff;
+	w.rkey = x->pi.rkey;
+	return w;
+}
+
+static struct tp_pair *rc_pair(void **state)
+{
+	struct tp_pair *x = *state;
+
+	tp_pair_open(x, BUF_LEN, &rc_opts, NULL);
+	tp_pair_connect(x);
+	return x;
+}
+
+/* A new QP on each side, connected (the agent's with @peer_access), made the pair's. */
+static void renew(struct tp_pair *x, int peer_access)
+{
+	x->pq = tp_create_qp(&x->peer, &rc_opts);
+	tp_info(&x->peer, x->pq, &x->pi);
+	x->lq = tp_ep_create_qp(&x->ep, &rc_opts);
+	tp_ep_info(&x->ep, x->lq, &x->li);
+	tp_conn(&x->ep, &x->li, &x->pi, &x->lc);
+	tp_conn(&x->ep, &x->pi, &x->li, &x->pc);
+	x->pc.access = peer_access;
+	tp_pair_connect(x);
+}
+
+/* The error completion for @id, then Error: the next WR flushes at once. */
+static void expect_error_then_err_state(struct tp_pair *x, uint64_t id, enum ibv_wc_status st,
+					const char *what)
+{
+	struct ibv_wc wc;
+	struct tp_wr w = wr1(id + 1000, IBV_WR_SEND, 0, 8);
+
+	tp_expect_wc(x->ep.scq, id, st, W, &wc);
+	expect_eq(wc.qp_num, x->li.qpn, "qp_num", what);
+	if (!tp_wait_state(x->ep.qp[x->lq], IBV_QPS_ERR, W))
+		fail_msg("%s: the QP is not in ERR %d ms after its error completion", what, W);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, id + 1000, IBV_WC_WR_FLUSH_ERR, W, NULL);
+}
+
+/* The responder after a remote access violation: Error, with the async event. */
+static void expect_peer_access_err(struct tp_pair *x, const char *what)
+{
+	if (!tp_wait_peer_async(&x->peer, IBV_EVENT_QP_ACCESS_ERR, x->pq, W))
+		fail_msg("%s: no IBV_EVENT_QP_ACCESS_ERR at the responder", what);
+	if (!tp_wait_peer_state(&x->peer, x->pq, IBV_QPS_ERR, W))
+		fail_msg("%s: the responder's QP is not in ERR", what);
+}
+
+/* ---- local errors ---------------------------------------------------------------------- */
+
+static void test_local_protection_errors(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	struct ibv_mr *ro;
+	struct tp_wr w;
+	struct ibv_wc wc;
+
+	/* A bad lkey. */
+	w = wr1(1, IBV_WR_SEND, 0, 100);
+	w.lkey_xor = 0x00100000;
+	assert_int_equal(tp_post_recv(&x->peer, x->pq, 1, &(struct tp_sge){ 0, 4096 }, 1), 0);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	expect_error_then_err_state(x, 1, IBV_WC_LOC_PROT_ERR, "SEND with a bad lkey");
+	/* Nothing reached the responder: its receive waits, its QP carries on. */
+	assert_int_equal(tp_poll(&x->peer, false, 1, 0, &wc), 0);
+	expect_eq(tp_state(&x->peer, x->pq), IBV_QPS_RTS, "responder's state", "bad lkey");
+
+	/* An SGE that runs past the end of its MR. */
+	renew(x, TP_QP_ACCESS_ALL);
+	tp_fill_peer(&x->peer, 0, 100, 5, 0);
+	w = wr_to(x, 2, IBV_WR_RDMA_WRITE, BUF_LEN - 10, 100, 0);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	expect_error_then_err_state(x, 2, IBV_WC_LOC_PROT_ERR, "WRITE from past the MR's end");
+	tp_check_peer(&x->peer, 0, 100, 5, 0, "target of a WRITE that failed locally");
+
+	/* An RDMA READ lands in local memory: its MR needs IBV_ACCESS_LOCAL_WRITE. */
+	renew(x, TP_QP_ACCESS_ALL);
+	ro = ibv_reg_mr(x->ep.res->pd, x->ep.buf, 4096, 0);
+	assert_non_null(ro);
+	memset(x->ep.buf, 0x5c, 64);
+	w = wr_to(x, 3, IBV_WR_RDMA_READ, 0, 64, 0);
+	w.lkey_xor = x->ep.mr->lkey ^ ro->lkey;
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	expect_error_then_err_state(x, 3, IBV_WC_LOC_PROT_ERR, "READ into a read-only MR");
+	for (int i = 0; i < 64; i++)
+		expect_eq(x->ep.buf[i], 0x5c, "a byte of the read-only MR", "failed READ");
+	assert_int_equal(ibv_dereg_mr(ro), 0);
+	tp_pair_stop(x);
+}
+
+/* The responder's receive has a bad lkey: its error (IBV_WC_LOC_PROT_ERR, QP to Error) and
+ * the requester's (IBV_WC_REM_OP_ERR, IBA 9.7.5.2.4 Remote Operational Error). */
+static void test_receive_with_bad_lkey(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	struct tp_wr w = wr1(1, IBV_WR_SEND, 0, 100);
+	struct ibv_sge sge = { 0 };
+	struct ibv_recv_wr *bad, rwr = { .wr_id = 9, .sg_list = &sge, .num_sge = 1 };
+
+	/* Our own QP receives into a bad key; the agent sends. */
+	sge.addr = (uintptr_t)x->ep.buf;
+	sge.length = 4096;
+	sge.lkey = x->ep.mr->lkey ^ 0x00100000;
+	assert_int_equal(ibv_post_recv(x->ep.qp[x->lq], &rwr, &bad), 0);
+	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
+	tp_expect_peer_wc(&x->peer, true, 1, IBV_WC_REM_OP_ERR, NULL);
+	tp_expect_wc(x->ep.rcq, 9, IBV_WC_LOC_PROT_ERR, W, NULL);
+	if (!tp_wait_state(x->ep.qp[x->lq], IBV_QPS_ERR, W))
+		fail_msg("responder's QP not in ERR after IBV_WC_LOC_PROT_ERR on a receive");
+	tp_pair_stop(x);
+}
+
+/* ---- remote access ----------------------------------------------------------------------- */
+
+/* @w fails with IBV_WC_REM_ACCESS_ERR; the agent's bytes [0, 4096) keep their pattern. */
+static void remote_access_case(struct tp_pair *x, struct tp_wr *w, const char *what)
+{
+	tp_fill_peer(&x->peer, 0, 4096, 77, 0);
+	tp_fill(x->ep.buf, 4096, 78, 0);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, w, 1, NULL), 0);
+	expect_error_then_err_state(x, w->wr_id, IBV_WC_REM_ACCESS_ERR, what);
+	expect_peer_access_err(x, what);
+	tp_check_peer(&x->peer, 0, 4096, 77, 0, what);
+	if (w->opcode == IBV_WR_RDMA_READ)
+		tp_assert_pattern(x->ep.buf, 4096, 78, 0, what);
+}
+
+static void test_remote_access_errors(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	struct tp_wr w;
+
+	w = wr_to(x, 1, IBV_WR_RDMA_WRITE, 0, 100, 0);
+	w.rkey ^= 0x00100000;
+	remote_access_case(x, &w, "WRITE with a bad rkey");
+
+	renew(x, TP_QP_ACCESS_ALL);
+	w = wr_to(x, 2, IBV_WR_RDMA_WRITE, 0, 100, BUF_LEN - 50);
+	remote_access_case(x, &w, "WRITE past the end of the remote MR");
+
+	renew(x, TP_QP_ACCESS_ALL);
+	w = wr_to(x, 3, IBV_WR_RDMA_READ, 0, 4096, 0);
+	w.rkey ^= 0x00100000;
+	remote_access_case(x, &w, "READ with a bad rkey");
+
+	renew(x, TP_QP_ACCESS_ALL);
+	w = wr_to(x, 4, IBV_WR_ATOMIC_FETCH_AND_ADD, 0, 8, 64);
+	w.rkey ^= 0x00100000;
+	w.compare_add = 1;
+	remote_access_case(x, &w, "fetch-and-add with a bad rkey");
+
+	renew(x, TP_QP_ACCESS_ALL);
+	w = wr_to(x, 5, IBV_WR_ATOMIC_CMP_AND_SWP, 0, 8, BUF_LEN);
+	remote_access_case(x, &w, "compare-and-swap past the end of the remote MR");
+
+	/* The responder QP's own access flags. */
+	renew(x, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+	w = wr_to(x, 6, IBV_WR_RDMA_WRITE, 0, 100, 0);
+	remote_access_case(x, &w, "WRITE to a QP without IBV_ACCESS_REMOTE_WRITE");
+
+	renew(x, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+	w = wr_to(x, 7, IBV_WR_RDMA_READ, 0, 100, 0);
+	remote_access_case(x, &w, "READ from a QP without IBV_ACCESS_REMOTE_READ");
+
+	renew(x, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	w = wr_to(x, 8, IBV_WR_ATOMIC_FETCH_AND_ADD, 0, 8, 64);
+	w.compare_add = 1;
+	remote_access_case(x, &w, "fetch-and-add on a QP without IBV_ACCESS_REMOTE_ATOMIC");
+	tp_pair_stop(x);
+}
+
+/* The target MR's own rights: an agent whose MR allows local write and remote read only. */
+static void test_remote_access_needs_the_mr_right(void **state)
+{
+	struct tp_pair *x = *state;
+	struct tp_wr w;
+
+	tp_start(&x->peer);
+	tp_open(&x->peer, BUF_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	tp_ep_open(&x->ep, BUF_LEN, 0);
+	renew(x, TP_QP_ACCESS_ALL);
+	/* Reading is allowed... */
+	w = wr_to(x, 1, IBV_WR_RDMA_READ, 0, 4096, 0);
+	tp_fill_peer(&x->peer, 0, 4096, 11, 0);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 1, IBV_WC_SUCCESS, W, NULL);
+	tp_assert_pattern(x->ep.buf, 4096, 11, 0, "READ of an MR with REMOTE_READ");
+	/* ...writing is not... */
+	w = wr_to(x, 2, IBV_WR_RDMA_WRITE, 0, 100, 0);
+	remote_access_case(x, &w, "WRITE to an MR without IBV_ACCESS_REMOTE_WRITE");
+	/* ...nor atomics. */
+	renew(x, TP_QP_ACCESS_ALL);
+	w = wr_to(x, 3, IBV_WR_ATOMIC_FETCH_AND_ADD, 0, 8, 64);
+	w.compare_add = 1;
+	remote_access_case(x, &w, "fetch-and-add on an MR without IBV_ACCESS_REMOTE_ATOMIC");
+	tp_pair_stop(x);
+}
+
+/* ---- length --------------------------------------------------------------------------- */
+
+static void test_receive_too_small(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	/* Through the ring, and pulled by the responder. */
+	const uint32_t lens[] = { 64, 65536 }, room[] = { 16, 16384 };
+
+	for (unsigned int k = 0; k < ARRAY_LEN(lens); k++) {
+		struct tp_wr w = wr1(k, IBV_WR_SEND, 0, lens[k]);
+		struct ibv_wc wc;
+		char what[64];
+
+		snprintf(what, sizeof(what), "SEND of %u bytes into %u", lens[k], room[k]);
+		if (k)
+			renew(x, TP_QP_ACCESS_ALL);
+		assert_int_equal(tp_post_recv(&x->peer, x->pq, 10 + k,
+					      &(struct tp_sge){ 0, room[k] }, 1), 0);
+		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+		tp_expect_peer_wc(&x->peer, false, 10 + k, IBV_WC_LOC_LEN_ERR, &wc);
+		expect_eq(wc.qp_num, x->pi.qpn, "qp_num", what);
+		expect_error_then_err_state(x, k, IBV_WC_REM_INV_REQ_ERR, what);
+		if (!tp_wait_peer_state(&x->peer, x->pq, IBV_QPS_ERR, W))
+			fail_msg("%s: the responder's QP is not in ERR", what);
+	}
+	tp_pair_stop(x);
+}
+
+/* ---- flush ---------------------------------------------------------------------------- */
+
+static void test_error_flushes_everything_outstanding(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	struct tp_wr w[4];
+	struct ibv_wc wc[4];
+
+	/* Receives on both sides, to be flushed. */
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(tp_ep_post_recv(&x->ep, x->lq, 100 + (uint64_t)i,
+						 &(struct tp_sge){ 8192, 64 }, 1), 0);
+		assert_int_equal(tp_post_recv(&x->peer, x->pq, 200 + (uint64_t)i,
+					      &(struct tp_sge){ 8192, 64 }, 1), 0);
+	}
+	/* A SEND the agent receives, then one with a bad rkey, then work queued behind it:
+	 * unsignaled and signaled. */
+	w[0] = wr1(0, IBV_WR_SEND, 0, 16);
+	w[1] = wr_to(x, 1, IBV_WR_RDMA_WRITE, 0, 100, 0);
+	w[1].rkey ^= 0x00100000;
+	w[2] = wr_to(x, 2, IBV_WR_RDMA_WRITE, 0, 100, 0);
+	w[2].send_flags = 0;
+	w[3] = wr1(3, IBV_WR_SEND, 0, 16);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, w, 4, NULL), 0);
+	tp_expect_wc(x->ep.scq, 0, IBV_WC_SUCCESS, W, NULL);
+	tp_expect_wc(x->ep.scq, 1, IBV_WC_REM_ACCESS_ERR, W, NULL);
+	/* IBA 10.8.3.3: an error always completes, signaled or not. */
+	tp_expect_wc(x->ep.scq, 2, IBV_WC_WR_FLUSH_ERR, W, &wc[0]);
+	expect_eq(wc[0].qp_num, x->li.qpn, "qp_num", "flushed unsignaled WRITE");
+	tp_expect_wc(x->ep.scq, 3, IBV_WC_WR_FLUSH_ERR, W, NULL);
+	for (int i = 0; i < 3; i++) {
+		tp_expect_wc(x->ep.rcq, 100 + (uint64_t)i, IBV_WC_WR_FLUSH_ERR, W, &wc[0]);
+		expect_eq(wc[0].qp_num, x->li.qpn, "qp_num", "flushed receive");
+	}
+	tp_expect_no_wc(x->ep.scq, 20, "after the flush of the send queue");
+	if (!tp_wait_state(x->ep.qp[x->lq], IBV_QPS_ERR, W))
+		fail_msg("QP not in ERR after IBV_WC_REM_ACCESS_ERR");
+	/* The responder: the first SEND arrived, then its QP entered Error, flushing the rest. */
+	expect_peer_access_err(x, "WRITE with a bad rkey");
+	tp_expect_peer_wc(&x->peer, false, 200, IBV_WC_SUCCESS, NULL);
+	tp_expect_peer_wc(&x->peer, false, 201, IBV_WC_WR_FLUSH_ERR, NULL);
+	tp_expect_peer_wc(&x->peer, false, 202, IBV_WC_WR_FLUSH_ERR, NULL);
+	/* A receive posted in Error flushes at once too. */
+	assert_int_equal(tp_ep_post_recv(&x->ep, x->lq, 103, &(struct tp_sge){ 8192, 64 }, 1), 0);
+	tp_expect_wc(x->ep.rcq, 103, IBV_WC_WR_FLUSH_ERR, W, NULL);
+	tp_pair_stop(x);
+}
+
+/* ---- a peer that goes away ----------------------------------------------------------------- */
+
+/* SIGKILL: every QP connected to the dead process enters Error within 1 s, with
+ * IBV_EVENT_QP_FATAL and its WRs flushed, while this process only waits on its async fd. */
+static void test_peer_killed(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	int busy = x->lq, idle;
+	struct tp_wr w = wr1(1, IBV_WR_SEND, 0, 100);
+	struct ibv_async_event ev;
+	bool fatal[2] = { false, false };
+	long long t0, dt;
+
+	renew(x, TP_QP_ACCESS_ALL);
+	idle = x->lq;
+	x->lq = busy;
+	/* Outstanding: a SEND the agent has no receive for (RNR, retried forever), two
+	 * receives. */
+	assert_int_equal(tp_ep_post_send(&x->ep, busy, &w, 1, NULL), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(tp_ep_post_recv(&x->ep, busy, 10 + (uint64_t)i,
+						 &(struct tp_sge){ 4096, 64 }, 1), 0);
+	tp_expect_no_wc(x->ep.scq, 50, "SEND waiting for a receive");
+	t0 = tu_now_ms();
+	tp_kill(&x->peer);
+	while (!(fatal[0] && fatal[1])) {
+		long long left = 2000 - (tu_now_ms() - t0);
+
+		if (left <= 0 || !tp_wait_async(x->ep.res->ctx, IBV_EVENT_QP_FATAL, (int)left, &ev))
+			fail_msg("IBV_EVENT_QP_FATAL for %s QP not within 2 s of the peer's SIGKILL",
+				 fatal[0] ? "the idle" : "the busy");
+		fatal[0] |= ev.element.qp == x->ep.qp[busy];
+		fatal[1] |= ev.element.qp == x->ep.qp[idle];
+	}
+	dt = tu_now_ms() - t0;
+	if (dt > 1000)
+		fail_msg("IBV_EVENT_QP_FATAL came %lld ms after the peer's SIGKILL (> 1 s)", dt);
+	expect_eq(tu_query_state(x->ep.qp[busy]), IBV_QPS_ERR, "state", "after QP_FATAL");
+	expect_eq(tu_query_state(x->ep.qp[idle]), IBV_QPS_ERR, "state", "idle QP after QP_FATAL");
+	tp_expect_wc(x->ep.scq, 1, IBV_WC_WR_FLUSH_ERR, W, NULL);
+	tp_expect_wc(x->ep.rcq, 10, IBV_WC_WR_FLUSH_ERR, W, NULL);
+	tp_expect_wc(x->ep.rcq, 11, IBV_WC_WR_FLUSH_ERR, W, NULL);
+	assert_int_equal(tp_ep_close(&x->ep), 0);
+}
+
+/* A peer that destroys its QP says so: ours stays as it was; only work that needs the
+ * peer fails, as if the transport's retries ran out (IBA 9.7.5.1.1). */
+static void test_peer_destroys_its_qp(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	int waiting = x->lq, later;
+	struct tp_wr w = wr1(1, IBV_WR_SEND, 0, 100);
+	struct ibv_wc wc;
+
+	/* QP 1: a SEND waits (RNR) when the peer's QP goes. */
+	assert_int_equal(tp_ep_post_send(&x->ep, waiting, &w, 1, NULL), 0);
+	tp_expect_no_wc(x->ep.scq, 50, "SEND waiting for a receive");
+	assert_int_equal(tp_destroy_qp(&x->peer, x->pq), 0);
+	tp_expect_wc(x->ep.scq, 1, IBV_WC_RETRY_EXC_ERR, W, &wc);
+	expect_eq(wc.qp_num, x->li.qpn, "qp_num", "SEND to a destroyed QP");
+
+	/* QP 2: idle when the peer's QP goes. */
+	renew(x, TP_QP_ACCESS_ALL);
+	later = x->lq;
+	assert_int_equal(tp_ep_post_recv(&x->ep, later, 20, &(struct tp_sge){ 4096, 64 }, 1), 0);
+	assert_int_equal(tp_destroy_qp(&x->peer, x->pq), 0);
+	/* No QP_FATAL (which a dead peer gives within 1 s), nothing flushed, still RTS. */
+	if (tp_wait_async(x->ep.res->ctx, IBV_EVENT_QP_FATAL, 1200, NULL))
+		fail_msg("IBV_EVENT_QP_FATAL after the peer destroyed its QP cleanly");
+	tp_expect_no_wc(x->ep.rcq, 0, "receive after the peer destroyed its QP");
+	expect_eq(tu_query_state(x->ep.qp[later]), IBV_QPS_RTS, "state",
+		  "QP whose peer destroyed its QP");
+	/* What is sent now has nobody to answer it. */
+	w.wr_id = 2;
+	assert_int_equal(tp_ep_post_send(&x->ep, later, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 2, IBV_WC_RETRY_EXC_ERR, W, NULL);
+	/* The agent itself is fine. */
+	tp_pair_stop(x);
+}
+
+/* IBA 9.7.5.1.1: nobody answers a QP number that does not exist; the retries run out.
+ * Two such numbers: one of this process's own block that no QP has (QP numbers are
+ * host-unique, so nobody else has it), and the QP number of an agent that has exited. */
+static void test_rc_to_nonexistent_qpn(void **state)
+{
+	struct tp_pair *x = *state;
+	struct tp_info nobody[2];
+	const char *what[2] = { "SEND to an unused QPN of our own block",
+				"SEND to the QPN of a process that exited" };
+
+	tp_start(&x->peer);
+	tp_open(&x->peer, 4096, 0);
+	tp_info(&x->peer, tp_create_qp(&x->peer, &rc_opts), &nobody[1]);
+	tp_stop(&x->peer);
+	tp_ep_open(&x->ep, BUF_LEN, 0);
+	for (int k = 0; k < 2; k++) {
+		struct tp_wr w[2] = { wr1(1, IBV_WR_SEND, 0, 100), wr1(2, IBV_WR_RDMA_WRITE, 0, 100) };
+
+		x->lq = tp_ep_create_qp(&x->ep, &rc_opts);
+		tp_ep_info(&x->ep, x->lq, &x->li);
+		if (k == 0) {
+			nobody[0] = x->li;
+			nobody[0].qpn = (x->li.qpn & ~0xffu) | 0xfe;
+			assert_true(nobody[0].qpn != x->li.qpn);
+		}
+		tp_conn(&x->ep, &x->li, &nobody[k], &x->lc);
+		assert_int_equal(tu_qp_connect(x->ep.qp[x->lq], &x->lc, IBV_QPS_RTS), 0);
+		w[1].remote_addr = (uintptr_t)x->ep.buf;
+		w[1].rkey = x->ep.mr->rkey;
+		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, w, 2, NULL), 0);
+		tp_expect_wc(x->ep.scq, 1, IBV_WC_RETRY_EXC_ERR, W, NULL);
+		tp_expect_wc(x->ep.scq, 2, IBV_WC_WR_FLUSH_ERR, W, NULL);
+		if (!tp_wait_state(x->ep.qp[x->lq], IBV_QPS_ERR, W))
+			fail_msg("%s: QP not in ERR after IBV_WC_RETRY_EXC_ERR", what[k]);
+	}
+	/* A WRITE alone, too: it needs the target as much as a SEND does. */
+	{
+		struct tp_wr w = wr1(3, IBV_WR_RDMA_WRITE, 0, 100);
+
+		w.remote_addr = (uintptr_t)x->ep.buf;
+		w.rkey = x->ep.mr->rkey;
+		x->lq = tp_ep_create_qp(&x->ep, &rc_opts);
+		tp_ep_info(&x->ep, x->lq, &x->li);
+		assert_int_equal(tu_qp_connect(x->ep.qp[x->lq], &x->lc, IBV_QPS_RTS), 0);
+		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+		expect_error_then_err_state(x, 3, IBV_WC_RETRY_EXC_ERR, "WRITE to a QPN nobody has");
+	}
+	assert_int_equal(tp_ep_close(&x->ep), 0);
+}
+
+/* ---- an MR that goes away ----------------------------------------------------------------- */
+
+/* The agent deregisters its MR and unmaps the buffer while we keep writing to it: the
+ * writes before complete, those after fail with IBV_WC_REM_ACCESS_ERR; both live on. */
+static void test_mr_deregistered_while_peer_writes(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	uint64_t id = 0, done = 0, ok = 0, after = UINT64_MAX;
+	bool answered = false, failed = false;
+	long long end = tu_now_ms() + 10000;
+
+	tp_fill(x->ep.buf, 65536, 3, 0);
+	tp_request_async(&x->peer, TP_DEREG_MR, 0, 1);
+	while (!failed) {
+		struct tp_wr w = wr_to(x, id, IBV_WR_RDMA_WRITE, 0, 65536, (id % 8) * 65536);
+		struct ibv_wc wc;
+
+		if (tu_now_ms() > end)
+			fail_msg("no IBV_WC_REM_ACCESS_ERR within 10 s of the MR's deregistration "
+				 "(%llu writes succeeded)", (unsigned long long)ok);
+		if (!answered && tp_answer_ready(&x->peer)) {
+			assert_int_equal(tp_answer(&x->peer, W), 0);
+			answered = true;
+			after = id; /* WRs from here on were posted after ibv_dereg_mr returned */
+		}
+		if (id - done < 8) {
+			assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+			id++;
+		}
+		if (ibv_poll_cq(x->ep.scq, 1, &wc) == 1) {
+			expect_eq((long long)wc.wr_id, (long long)done, "wr_id", "writes in order");
+			done++;
+			if (wc.status == IBV_WC_SUCCESS) {
+				/* Fine before the deregistration; never after it returned. */
+				if (wc.wr_id >= after)
+					fail_msg("WRITE %llu, posted after ibv_dereg_mr returned "
+						 "at the target, succeeded", (unsigned long long)wc.wr_id);
+				ok++;
+			} else {
+				expect_eq(wc.status, IBV_WC_REM_ACCESS_ERR, "status",
+					  "first failing WRITE to a deregistered MR");
+				failed = true;
+			}
+		}
+	}
+	/* Whatever was behind it flushes. */
+	while (done < id) {
+		tp_expect_wc(x->ep.scq, done, IBV_WC_WR_FLUSH_ERR, W, NULL);
+		done++;
+	}
+	if (!answered)
+		assert_int_equal(tp_answer(&x->peer, W), 0);
+	print_message("%llu writes succeeded before the deregistration took effect\n",
+		      (unsigned long long)ok);
+	expect_peer_access_err(x, "WRITE to a deregistered MR");
+	tp_pair_stop(x);
+}
+
+/* An atomic, executed by the target, finds the MR gone too. */
+static void test_atomic_on_deregistered_mr(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	struct tp_wr w = wr_to(x, 1, IBV_WR_ATOMIC_FETCH_AND_ADD, 0, 8, 64);
+
+	w.compare_add = 1;
+	assert_int_equal(tp_dereg_mr(&x->peer, false), 0);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	expect_error_then_err_state(x, 1, IBV_WC_REM_ACCESS_ERR,
+				    "fetch-and-add on a deregistered MR");
+	expect_peer_access_err(x, "fetch-and-add on a deregistered MR");
+	tp_pair_stop(x);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_setup_teardown(f, tp_pair_setup, tp_pair_teardown)
+		T(test_local_protection_errors),
+		T(test_receive_with_bad_lkey),
+		T(test_remote_access_errors),
+		T(test_remote_access_needs_the_mr_right),
+		T(test_receive_too_small),
+		T(test_error_flushes_everything_outstanding),
+		T(test_peer_killed),
+		T(test_peer_destroys_its_qp),
+		T(test_rc_to_nonexistent_qpn),
+		T(test_mr_deregistered_while_peer_writes),
+		T(test_atomic_on_deregistered_mr),
+#undef T
+	};
+
+	tp_main(argc, argv);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
