@@ -105,12 +105,43 @@ static void drop_link(struct link *l)
 	free(l);
 }
 
+/*
+ * fork() while another thread holds the engine's or the QPN registry's lock would
+ * leave the child a lock nobody releases: take both around fork, and give the child
+ * fresh ones (it starts its own engine on first use: eng.pid differs).
+ */
+static void atfork_prepare(void)
+{
+	pthread_mutex_lock(&eng.lock);
+	sv_qpn_atfork_prepare();
+}
+
+static void atfork_parent(void)
+{
+	sv_qpn_atfork_parent();
+	pthread_mutex_unlock(&eng.lock);
+}
+
+static void atfork_child(void)
+{
+	sv_qpn_atfork_child();
+	pthread_mutex_init(&eng.lock, NULL);
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_register(void)
+{
+	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
 /* Starts the engine of this process. Caller holds eng.lock. */
 static int engine_start(void)
 {
 	pthread_t thread;
 	struct link *wake;
 
+	pthread_once(&atfork_once, atfork_register);
 	if (eng.started && eng.pid == getpid())
 		return 0;
 	/* A forked child inherits a copy without the thread: start afresh. */

@@ -151,3 +151,19 @@ void *sv_qpn_owner(uint32_t qpn)
 	pthread_mutex_unlock(&qpn_lock);
 	return owner;
 }
+
+/* fork(): the child must not inherit the lock held by another thread (pthread_atfork). */
+void sv_qpn_atfork_prepare(void)
+{
+	pthread_mutex_lock(&qpn_lock);
+}
+
+void sv_qpn_atfork_parent(void)
+{
+	pthread_mutex_unlock(&qpn_lock);
+}
+
+void sv_qpn_atfork_child(void)
+{
+	pthread_mutex_init(&qpn_lock, NULL);
+}

@@ -29,6 +29,10 @@ void sv_qpn_free(uint32_t qpn);
 /* The owner given at allocation, or NULL. The caller keeps the owner alive (engine lock). */
 void *sv_qpn_owner(uint32_t qpn);
 
+void sv_qpn_atfork_prepare(void);
+void sv_qpn_atfork_parent(void);
+void sv_qpn_atfork_child(void);
+
 /* The abstract socket name of the block holding @qpn (for finding its owner). */
 int sv_qpn_sockname(uint32_t qpn, char *buf, int len);
 
