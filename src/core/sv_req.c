@@ -425,7 +425,10 @@ static enum tx_result tx_rdma_bounce(struct sv_qp *qp, struct sv_peer *peer, str
 		if (w->send_flags & IBV_SEND_SOLICITED)
 			m.flags |= SHM_F_SOLICITED;
 	}
-	return tx_pieces(qp, peer, w, &m, iov, n_iov, total, reliable);
+	/* Even on UC the responder acknowledges these: a completed WRITE then means the data
+	 * is in place, as with the one-sided copy (UC never reports the responder's errors). */
+	(void)reliable;
+	return tx_pieces(qp, peer, w, &m, iov, n_iov, total, true);
 }
 
 static enum tx_result tx_rdma(struct sv_qp *qp, struct sv_peer *peer, struct sv_send_wqe *w)
@@ -705,6 +708,28 @@ static struct sv_send_wqe *waiting_wqe(struct sv_qp *qp, uint32_t msn)
 	return NULL;
 }
 
+/*
+ * The WQE a NAK for @msn is about: a message in pieces carries the msn of its last piece,
+ * so it is the first waiting WQE at or after @msn — or the one still being sent in
+ * pieces, which then stops there.
+ */
+static struct sv_send_wqe *nak_target(struct sv_qp *qp, uint32_t msn)
+{
+	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
+
+		if (w->state == SV_WQE_WAIT && sv_msn_le(msn, w->msn))
+			return w;
+	}
+	if (qp->sq_next != qp->sq.head && qp->tx_off) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, qp->sq_next++);
+
+		qp->tx_off = 0;
+		return w;
+	}
+	return NULL;
+}
+
 /* IBA 9.7.5.2.8: the RNR NAK timer encodings, in microseconds. */
 static const uint32_t rnr_timer_us[32] = {
 	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
@@ -760,7 +785,7 @@ void sv_req_answer(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 		break;
 	case SHM_OP_NAK:
 		acked_upto(qp, m->msn - 1);
-		w = waiting_wqe(qp, m->msn);
+		w = nak_target(qp, m->msn);
 		if (w)
 			sv_wqe_done(w, (enum ibv_wc_status)m->aux);
 		break;

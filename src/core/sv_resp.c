@@ -123,7 +123,8 @@ static void finish_recv(struct sv_qp *qp, const struct sv_recv *r, const struct 
 		/* IBA 9.9.3: the responder enters Error; the requester learns by NAK. */
 		(void)answer(qp, SHM_OP_NAK, m->msn,
 			     st == IBV_WC_LOC_LEN_ERR ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_REM_OP_ERR, 0);
-	} else if (type == IBV_QPT_RC) {
+	} else if (m->msn) {
+		/* RC, and a UC bounce WRITE with immediate (see tx_rdma_bounce) */
 		qp->ack_due = m->msn;
 		if (!answer(qp, SHM_OP_ACK, m->msn, 0, 0))
 			qp->ack_sent = m->msn;
@@ -204,8 +205,12 @@ static enum rx_result rx_write_imm(struct sv_qp *qp, const struct shm_msg *m)
 /* A refused RDMA request: NAK, and this QP enters Error (IBA: access violation). */
 static enum rx_result refuse(struct sv_qp *qp, const struct shm_msg *m, enum ibv_wc_status st)
 {
-	if (qp->ibv.qp_base.qp_type != IBV_QPT_RC)
-		return RX_CONSUMED; /* UC: silently dropped */
+	if (qp->ibv.qp_base.qp_type != IBV_QPT_RC) {
+		/* UC: dropped silently; a bounce WRITE still gets its acknowledgement. */
+		if (m->msn && (m->flags & SHM_F_LAST))
+			(void)answer(qp, SHM_OP_ACK, m->msn, 0, 0);
+		return RX_CONSUMED;
+	}
 	if (answer(qp, SHM_OP_NAK, m->msn, st, 0))
 		return RX_HOLD;
 	sv_qp_fail(qp, IBV_EVENT_QP_ACCESS_ERR);
@@ -242,7 +247,7 @@ static enum rx_result rx_write(struct sv_qp *qp, const struct shm_msg *m, uint64
 
 		done.op = SHM_OP_WRITE_IMM;
 		finish_recv(qp, &r, &done, IBV_WC_SUCCESS, m->aux);
-	} else if ((m->flags & SHM_F_LAST) && qp->ibv.qp_base.qp_type == IBV_QPT_RC) {
+	} else if ((m->flags & SHM_F_LAST) && m->msn) {
 		qp->ack_due = m->msn;
 		if (!answer(qp, SHM_OP_ACK, m->msn, 0, 0))
 			qp->ack_sent = m->msn;

@@ -7,12 +7,17 @@ P=18620
 
 result_line() { grep -qE '^ +[0-9]+ +[0-9]+ +[0-9.]+' "$1"; }
 
-for t in ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw \
-         ib_atomic_lat ib_atomic_bw; do
-  P=$((P + 1))
-  pair "$t" $P "$t" -d softverbs0 -p $P
-  check "$t: prints a result" result_line "$TMP/$t.cli"
+# Both copy paths: process_vm_* (probed, the default) and the bounce copy.
+for mode in cma bounce; do
+  export SOFTVERBS_SHM_COPY=$mode
+  for t in ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw \
+           ib_atomic_lat ib_atomic_bw; do
+    P=$((P + 1))
+    pair "$t-$mode" $P "$t" -d softverbs0 -p $P
+    check "$t ($mode): prints a result" result_line "$TMP/$t-$mode.cli"
+  done
 done
+unset SOFTVERBS_SHM_COPY
 for t in ib_send_lat ib_write_bw ib_read_lat; do
   P=$((P + 1))
   pair "$t-a" $P "$t" -d softverbs0 -p $P -a -n 200
