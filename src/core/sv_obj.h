@@ -140,6 +140,7 @@ struct sv_qp {
 	uint32_t sq_next;             /* next WQE to transmit, between sq.tail and sq.head */
 	uint32_t next_msn;
 	uint64_t tx_off;              /* bytes of the WQE at sq_next sent so far (in pieces) */
+	bool tx_stopped;              /* a WR failed: transmit nothing more until RESET */
 	uint32_t rd_atomic_out;       /* READs and atomics waiting for their answer */
 	atomic_bool tx_blocked;       /* the peer's fifo was full: try again later */
 	uint32_t rnr_msn;             /* the send an RNR NAK holds up */

@@ -127,6 +127,7 @@ void sv_qp_flush_sq_locked(struct sv_qp *qp)
 	}
 	qp->sq_next = wq->head;
 	qp->tx_off = 0;
+	qp->tx_stopped = false; /* nothing is left to hold back (SQE -> RTS may follow) */
 	qp->rd_atomic_out = 0;
 	sv_set_hint(qp->rnr_deadline, 0);
 }
@@ -165,6 +166,7 @@ static void qp_drain(struct sv_qp *qp)
 	sv_wq_reset(&qp->sq);
 	qp->sq_next = 0;
 	qp->tx_off = 0;
+	qp->tx_stopped = false;
 	qp->next_msn = 0;
 	qp->rd_atomic_out = 0;
 	sv_set_hint(qp->rnr_deadline, 0);

@@ -651,7 +651,8 @@ void sv_qp_tx_locked(struct sv_qp *qp)
 {
 	enum ibv_qp_state st = qp->attr.qp_state;
 
-	if (st != IBV_QPS_RTS || atomic_load(&qp->err_event) >= 0)
+	/* IBA 10.8.3.3: nothing after a failed WR executes (it will be flushed). */
+	if (st != IBV_QPS_RTS || atomic_load(&qp->err_event) >= 0 || qp->tx_stopped)
 		return;
 	sv_set_hint(qp->tx_blocked, false);
 	while (qp->sq_next != qp->sq.head) {
@@ -669,8 +670,10 @@ void sv_qp_tx_locked(struct sv_qp *qp)
 			break;
 		}
 		qp->sq_next++;
-		if (r == TX_DONE && w->status != IBV_WC_SUCCESS)
+		if (r == TX_DONE && w->status != IBV_WC_SUCCESS) {
+			qp->tx_stopped = true;
 			break;
+		}
 	}
 	sv_req_complete_locked(qp);
 }
@@ -788,6 +791,7 @@ void sv_req_answer(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 		w = nak_target(qp, m->msn);
 		if (w)
 			sv_wqe_done(w, (enum ibv_wc_status)m->aux);
+		qp->tx_stopped = true;
 		break;
 	case SHM_OP_RNR:
 		/* IBA 9.7.5.2.8: wait; after rnr_retry tries (7: forever) give up. */

@@ -10,9 +10,9 @@
  * with the number of its own failures (0, or 1 if an ibv_* call it needed for setup
  * failed; it prints why). It dies with its parent (PR_SET_PDEATHSIG).
  *
- * Between requests the agent is blocked in read() on its socket, calling nothing in the
- * library: a test that leaves it there shows one-sided progress (RDMA READ, WRITE and
- * atomics complete with no help from the target process).
+ * Between requests the agent is blocked in read() on its socket (as it could be on a
+ * pipe), calling nothing in the library: a test that leaves it there shows one-sided
+ * progress (RDMA READ, WRITE and atomics complete with no help from the target process).
  *
  * Every test program whose tests start peers calls tp_main() first in main().
  */
@@ -270,6 +270,7 @@ void tp_pair_stop(struct tp_pair *x);
 int tp_pair_setup(void **state);
 int tp_pair_teardown(void **state);
 
+/* What the agent is asked to do; each tp_* request above sends one. */
 enum tp_op {
 	TP_OPEN = 1,
 	TP_CREATE_QP,

@@ -303,14 +303,16 @@ static void test_error_flushes_everything_outstanding(void **state)
 		assert_int_equal(tp_post_recv(&x->peer, x->pq, 200 + (uint64_t)i,
 					      &(struct tp_sge){ 8192, 64 }, 1), 0);
 	}
-	/* A SEND the agent receives, then one with a bad rkey, then work queued behind it:
-	 * unsignaled and signaled. */
+	/* A SEND the agent receives, then a WRITE with a bad rkey, then work queued behind
+	 * it: an unsignaled WRITE (to bytes the test watches) and a signaled SEND. */
 	w[0] = wr1(0, IBV_WR_SEND, 0, 16);
 	w[1] = wr_to(x, 1, IBV_WR_RDMA_WRITE, 0, 100, 0);
 	w[1].rkey ^= 0x00100000;
-	w[2] = wr_to(x, 2, IBV_WR_RDMA_WRITE, 0, 100, 0);
+	w[2] = wr_to(x, 2, IBV_WR_RDMA_WRITE, 4096, 100, 16384);
 	w[2].send_flags = 0;
 	w[3] = wr1(3, IBV_WR_SEND, 0, 16);
+	tp_fill_peer(&x->peer, 16384, 100, 90, 0);
+	tp_fill(x->ep.buf + 4096, 100, 91, 0);
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, w, 4, NULL), 0);
 	tp_expect_wc(x->ep.scq, 0, IBV_WC_SUCCESS, W, NULL);
 	tp_expect_wc(x->ep.scq, 1, IBV_WC_REM_ACCESS_ERR, W, NULL);
@@ -330,9 +332,39 @@ static void test_error_flushes_everything_outstanding(void **state)
 	tp_expect_peer_wc(&x->peer, false, 200, IBV_WC_SUCCESS, NULL);
 	tp_expect_peer_wc(&x->peer, false, 201, IBV_WC_WR_FLUSH_ERR, NULL);
 	tp_expect_peer_wc(&x->peer, false, 202, IBV_WC_WR_FLUSH_ERR, NULL);
+	/* IBA 10.8.3.3: nothing after the failed WR was executed. */
+	tp_check_peer(&x->peer, 16384, 100, 90, 0,
+		      "target of an unsignaled WRITE queued behind a failed WRITE");
 	/* A receive posted in Error flushes at once too. */
 	assert_int_equal(tp_ep_post_recv(&x->ep, x->lq, 103, &(struct tp_sge){ 8192, 64 }, 1), 0);
 	tp_expect_wc(x->ep.rcq, 103, IBV_WC_WR_FLUSH_ERR, W, NULL);
+	tp_pair_stop(x);
+}
+
+/* IBA 10.8.3.3: once a WR fails, nothing posted after it executes. A run of WRITEs with
+ * a bad rkey in the middle: the WRITEs after it never reach the target. */
+static void test_nothing_executes_after_a_failed_write(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	struct tp_wr w[4];
+
+	for (int i = 0; i < 4; i++) {
+		w[i] = wr_to(x, (uint64_t)i, IBV_WR_RDMA_WRITE, (uint32_t)i * 4096, 1000,
+			     (uint64_t)i * 8192);
+		tp_fill(x->ep.buf + i * 4096, 1000, 20 + (uint32_t)i, 0);
+		tp_fill_peer(&x->peer, (uint64_t)i * 8192, 1000, 30 + (uint32_t)i, 0);
+	}
+	w[1].rkey ^= 0x00100000;
+	w[2].send_flags = 0;
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, w, 4, NULL), 0);
+	tp_expect_wc(x->ep.scq, 0, IBV_WC_SUCCESS, W, NULL);
+	tp_expect_wc(x->ep.scq, 1, IBV_WC_REM_ACCESS_ERR, W, NULL);
+	tp_expect_wc(x->ep.scq, 2, IBV_WC_WR_FLUSH_ERR, W, NULL);
+	tp_expect_wc(x->ep.scq, 3, IBV_WC_WR_FLUSH_ERR, W, NULL);
+	tp_check_peer(&x->peer, 0, 1000, 20, 0, "the WRITE before the failed one");
+	tp_check_peer(&x->peer, 8192, 1000, 31, 0, "target of the failed WRITE");
+	tp_check_peer(&x->peer, 2 * 8192, 1000, 32, 0, "target of a WRITE after the failed one");
+	tp_check_peer(&x->peer, 3 * 8192, 1000, 33, 0, "target of a WRITE after the failed one");
 	tp_pair_stop(x);
 }
 
@@ -549,6 +581,7 @@ int main(int argc, char **argv)
 		T(test_remote_access_needs_the_mr_right),
 		T(test_receive_too_small),
 		T(test_error_flushes_everything_outstanding),
+		T(test_nothing_executes_after_a_failed_write),
 		T(test_peer_killed),
 		T(test_peer_destroys_its_qp),
 		T(test_rc_to_nonexistent_qpn),

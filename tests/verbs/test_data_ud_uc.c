@@ -359,31 +359,32 @@ static void test_uc_send_write_write_imm(void **state)
 		check_uc_recv(x, k, IBV_WC_RECV, lens[k], k % 2, w.imm, what);
 		tp_check_peer(&x->peer, 0, lens[k], 20 + k, 0, what);
 	}
+	/* A UC requester's completion says the message left, not that it was placed: the
+	 * WRITE is checked once the WRITE_WITH_IMM after it arrived (one QP's messages are
+	 * placed in order). */
 	for (unsigned int k = 0; k < ARRAY_LEN(lens); k++) {
-		struct tp_wr w = wr1(10 + k, IBV_WR_RDMA_WRITE, 0, lens[k]);
+		struct tp_wr w[2] = { wr1(10 + k, IBV_WR_RDMA_WRITE, 0, lens[k]),
+				      wr1(20 + k, IBV_WR_RDMA_WRITE_WITH_IMM, 65536, lens[k]) };
 		struct ibv_wc wc;
-		char what[64];
+		char what[64], what_imm[64];
 
 		snprintf(what, sizeof(what), "UC WRITE of %u bytes", lens[k]);
-		w.remote_addr = x->pi.addr + 100000;
-		w.rkey = x->pi.rkey;
+		snprintf(what_imm, sizeof(what_imm), "UC WRITE_WITH_IMM of %u bytes", lens[k]);
+		w[0].remote_addr = x->pi.addr + 100000;
+		w[1].remote_addr = x->pi.addr + 200000;
+		w[0].rkey = w[1].rkey = x->pi.rkey;
+		w[1].imm = htonl(0x2000 + k);
 		tp_fill(x->ep.buf, lens[k], 30 + k, 0);
-		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+		tp_fill(x->ep.buf + 65536, lens[k], 40 + k, 0);
+		assert_int_equal(tp_post_recv(&x->peer, x->pq, 20 + k, NULL, 0), 0);
+		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, w, 2, NULL), 0);
 		tp_expect_wc(x->ep.scq, 10 + k, IBV_WC_SUCCESS, W, &wc);
 		expect_eq(wc.opcode, IBV_WC_RDMA_WRITE, "opcode", what);
+		tp_expect_wc(x->ep.scq, 20 + k, IBV_WC_SUCCESS, W, &wc);
+		expect_eq(wc.opcode, IBV_WC_RDMA_WRITE, "opcode", what_imm);
+		check_uc_recv(x, 20 + k, IBV_WC_RECV_RDMA_WITH_IMM, lens[k], true, w[1].imm, what_imm);
+		tp_check_peer(&x->peer, 200000, lens[k], 40 + k, 0, what_imm);
 		tp_check_peer(&x->peer, 100000, lens[k], 30 + k, 0, what);
-
-		snprintf(what, sizeof(what), "UC WRITE_WITH_IMM of %u bytes", lens[k]);
-		w.wr_id = 20 + k;
-		w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-		w.imm = htonl(0x2000 + k);
-		w.remote_addr = x->pi.addr + 200000;
-		tp_fill(x->ep.buf, lens[k], 40 + k, 0);
-		assert_int_equal(tp_post_recv(&x->peer, x->pq, 20 + k, NULL, 0), 0);
-		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
-		tp_expect_wc(x->ep.scq, 20 + k, IBV_WC_SUCCESS, W, NULL);
-		check_uc_recv(x, 20 + k, IBV_WC_RECV_RDMA_WITH_IMM, lens[k], true, w.imm, what);
-		tp_check_peer(&x->peer, 200000, lens[k], 40 + k, 0, what);
 	}
 	tp_pair_stop(x);
 }
@@ -426,18 +427,19 @@ static void test_uc_write_with_bad_rkey_is_dropped(void **state)
 	w.rkey = x->pi.rkey ^ 0x00100000;
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	tp_expect_wc(x->ep.scq, 1, IBV_WC_SUCCESS, W, NULL);
-	tp_check_peer(&x->peer, 0, 100, 60, 0, "target of a UC WRITE with a bad rkey");
-	expect_eq(tp_state(&x->peer, x->pq), IBV_QPS_RTS, "responder's state",
-		  "after a UC WRITE with a bad rkey");
-	expect_eq(tu_query_state(x->ep.qp[x->lq]), IBV_QPS_RTS, "requester's state",
-		  "after a UC WRITE with a bad rkey");
-	/* Both still move data. */
+	/* Both still move data: a SEND after it arrives (and, placed in order, shows that
+	 * the WRITE was handled before it). */
 	w = wr1(2, IBV_WR_SEND, 0, 100);
 	assert_int_equal(tp_post_recv(&x->peer, x->pq, 2, &(struct tp_sge){ 4096, 4096 }, 1), 0);
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	tp_expect_wc(x->ep.scq, 2, IBV_WC_SUCCESS, W, NULL);
 	check_uc_recv(x, 2, IBV_WC_RECV, 100, false, 0, "UC SEND after a dropped WRITE");
 	tp_check_peer(&x->peer, 4096, 100, 61, 0, "UC SEND after a dropped WRITE");
+	tp_check_peer(&x->peer, 0, 100, 60, 0, "target of a UC WRITE with a bad rkey");
+	expect_eq(tp_state(&x->peer, x->pq), IBV_QPS_RTS, "responder's state",
+		  "after a UC WRITE with a bad rkey");
+	expect_eq(tu_query_state(x->ep.qp[x->lq]), IBV_QPS_RTS, "requester's state",
+		  "after a UC WRITE with a bad rkey");
 	tp_pair_stop(x);
 }
 
