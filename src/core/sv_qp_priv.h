@@ -17,7 +17,7 @@
 
 enum {
 	SV_FIFO_SLOTS = 2048,      /* 128 KiB of inbound fifo per QP */
-	SV_INLINE_MAX = 8192,      /* larger SENDs: pulled by the responder, or chunked */
+	SV_INLINE_MAX = 32768,     /* larger SENDs: pulled by the responder (docs/performance.md) */
 	SV_CHUNK = 8192,           /* bounce copy: bytes per message */
 	SV_UD_GRH = 40,
 	SV_UD_MAX_DESTS = 64,

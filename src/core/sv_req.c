@@ -249,6 +249,26 @@ static void ud_grh(struct sv_qp *qp, const struct sv_send_wqe *w, unsigned char 
 
 enum tx_result { TX_DONE, TX_WAIT, TX_BLOCKED };
 
+/*
+ * SENDs up to this size ride in the fifo (two copies, no system call); larger ones are
+ * pulled by the responder (one copy, one process_vm_readv). SOFTVERBS_SHM_INLINE_MAX
+ * moves the crossover for measurement (docs/performance.md).
+ */
+static uint32_t sv_inline_max(void)
+{
+	static _Atomic uint32_t value = UINT32_MAX;
+	uint32_t v = atomic_load_explicit(&value, memory_order_relaxed);
+
+	if (v == UINT32_MAX) {
+		const char *env = getenv("SOFTVERBS_SHM_INLINE_MAX");
+		unsigned long n = env ? strtoul(env, NULL, 0) : SV_INLINE_MAX;
+
+		v = n > SV_CHUNK * 4 ? SV_CHUNK * 4 : (uint32_t)n;
+		atomic_store_explicit(&value, v, memory_order_relaxed);
+	}
+	return v;
+}
+
 /* The bytes [off, off + len) of an iovec list, as an iovec list. */
 int sv_iov_slice(const struct iovec *iov, int n, uint64_t off, uint64_t len, struct iovec *out)
 {
@@ -359,7 +379,7 @@ static enum tx_result tx_send(struct sv_qp *qp, struct sv_peer *peer, struct sv_
 		iov[0].iov_base = grh;
 		iov[0].iov_len = SV_UD_GRH;
 		err = sv_put_msg(peer, &m, NULL, iov, n_iov + 1, m.len);
-	} else if (total <= SV_INLINE_MAX) {
+	} else if (total <= sv_inline_max()) {
 		m.flags |= SHM_F_INLINE;
 		err = sv_put_msg(peer, &m, NULL, iov, n_iov, (uint32_t)total);
 	} else if (!peer->cma || !reliable) {
