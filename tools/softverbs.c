@@ -32,7 +32,9 @@ static const char usage[] =
 	"  SOFTVERBS_LOG      error | warn | info | debug (default warn), to stderr\n"
 	"  SOFTVERBS_PKEYS    the P_Key table, e.g. 0xffff,0x8001 (default 0xffff)\n"
 	"  SOFTVERBS_SHM_COPY cma | bounce: how data crosses between processes of a host\n"
-	"                     (default: process_vm_readv/writev where permitted, else bounce)\n";
+	"                     (default: process_vm_readv/writev where permitted, else bounce)\n"
+	"  SOFTVERBS_SHM_INLINE_MAX  SENDs up to this many bytes travel in the fifo, larger\n"
+	"                     ones are pulled with one copy (default 32768)\n";
 
 static int has_lib(const char *dir)
 {
