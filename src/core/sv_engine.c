@@ -21,7 +21,7 @@
 #include "core/sv_qpn.h"
 #include "util/sv_log.h"
 
-_Atomic uint64_t sv_engine_idle_polls;
+_Atomic uint64_t sv_engine_polls;
 
 enum link_kind { LINK_LISTEN, LINK_ACCEPTED, LINK_CONNECTED, LINK_WAKE };
 
@@ -654,9 +654,11 @@ static int pass_all(enum pass what, bool *timed)
  * that waits on a completion channel or does not call in at all. An application that
  * busy-polls its CQs moves the work itself; there the thread stops arming, so producers
  * make no system call, and looks only every millisecond. Busy polling shows as many
- * polls that found nothing (sv_engine_idle_polls).
+ * polls per wake-up (sv_engine_polls); an application that waits on a channel polls a
+ * few times per event.
  */
-enum { BUSY_POLLS = 64 }; /* empty polls per wake-up that mean "the application spins" */
+enum { BUSY_POLLS = 64 }; /* polls per BUSY_WINDOW_NS that mean "the application spins" */
+#define BUSY_WINDOW_NS 1000000ull
 #define SOCKETS_NS 100000ull /* while busy, look at the sockets this often */
 
 /* Waits up to @timeout ms (0: just looks) for socket and wake-up events, handles them. */
@@ -690,30 +692,38 @@ static uint64_t sv_engine_now_ns(void)
 
 static void *progress_main(void *arg)
 {
-	uint64_t seen = 0, last_work = 0, last_sockets = 0;
+	uint64_t seen = 0, seen_at = 0, last_work = 0, last_sockets = 0;
+	bool busy = false;
 
 	(void)arg;
 	for (;;) {
-		bool timed, armed = false, busy;
-		uint64_t polls;
+		bool timed, armed = false;
+		uint64_t polls, now;
 		int timeout;
 
+		/* While the application busy-polls, one pass per look: it moves its own work,
+		 * and this thread must not take its CPU by chasing the same stream. */
 		if (pass_all(PASS_WORK, &timed)) {
 			last_work = sv_engine_now_ns();
-			/* Busy or not, peers attaching and hanging up are answered promptly. */
+			/* Peers attaching and hanging up are answered promptly. */
 			if (last_work - last_sockets > SOCKETS_NS) {
 				last_sockets = last_work;
 				serve_sockets(0);
 			}
 			continue;
 		}
-		polls = atomic_load_explicit(&sv_engine_idle_polls, memory_order_relaxed);
-		busy = polls - seen > BUSY_POLLS;
-		seen = polls;
+		/* Busy polling is judged over a millisecond at least, not between two looks. */
+		now = sv_engine_now_ns();
+		if (now - seen_at >= BUSY_WINDOW_NS) {
+			polls = atomic_load_explicit(&sv_engine_polls, memory_order_relaxed);
+			busy = polls - seen > BUSY_POLLS;
+			seen = polls;
+			seen_at = now;
+		}
 		/* Traffic the application does not poll for (one-sided, or it waits on a
 		 * channel) comes in bursts: look again for a moment before sleeping, yielding the
 		 * core to anyone who wants it. */
-		if (!busy && sv_engine_now_ns() - last_work < SPIN_NS) {
+		if (!busy && now - last_work < SPIN_NS) {
 			sched_yield();
 			continue;
 		}

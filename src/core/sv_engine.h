@@ -58,14 +58,15 @@ void sv_engine_wake_peer(struct sv_peer *peer);
 /* Wakes our own progress thread (work it must look at: a blocked transmit). */
 void sv_engine_kick(void);
 
-/* Polls that found nothing: the application busy-polls when this grows fast. */
-extern _Atomic uint64_t sv_engine_idle_polls;
+/* The application's polls: it busy-polls when this grows fast (found something or not:
+ * a busy poller that always finds completions is still busy). */
+extern _Atomic uint64_t sv_engine_polls;
 
-static inline void sv_engine_note_idle_poll(void)
+static inline void sv_engine_note_poll(void)
 {
 	/* Not a read-modify-write: a lost count between threads is harmless here. */
-	atomic_store_explicit(&sv_engine_idle_polls,
-			      atomic_load_explicit(&sv_engine_idle_polls, memory_order_relaxed) + 1,
+	atomic_store_explicit(&sv_engine_polls,
+			      atomic_load_explicit(&sv_engine_polls, memory_order_relaxed) + 1,
 			      memory_order_relaxed);
 }
 

@@ -129,6 +129,7 @@ void sv_qp_flush_sq_locked(struct sv_qp *qp)
 	qp->tx_off = 0;
 	qp->tx_stopped = false; /* nothing is left to hold back (SQE -> RTS may follow) */
 	qp->rd_atomic_out = 0;
+	qp->fifo_writes_out = 0;
 	sv_set_hint(qp->rnr_deadline, 0);
 }
 
@@ -167,6 +168,7 @@ static void qp_drain(struct sv_qp *qp)
 	qp->sq_next = 0;
 	qp->tx_off = 0;
 	qp->tx_stopped = false;
+	qp->fifo_writes_out = 0;
 	qp->next_msn = 0;
 	qp->rd_atomic_out = 0;
 	sv_set_hint(qp->rnr_deadline, 0);

@@ -468,6 +468,9 @@ static enum tx_result tx_rdma(struct sv_qp *qp, struct sv_peer *peer, struct sv_
 	}
 	if (!peer->cma)
 		return tx_rdma_bounce(qp, peer, w, iov, n_iov, total, reliable);
+	/* Writes still in the responder's fifo land first: a copy now could overtake them. */
+	if (qp->fifo_writes_out)
+		return TX_BLOCKED;
 	if (total) {
 		/* IBA 9.4.x: a zero-length RDMA operation checks no key. */
 		st = remote_range(peer, w->rkey, w->remote_addr, total, need, &va);
@@ -611,21 +614,65 @@ void sv_req_complete_locked(struct sv_qp *qp)
 	}
 }
 
-enum { SV_BATCH = 64 }; /* RDMA WRITEs per process_vm_writev call */
+enum {
+	SV_BATCH = 64,         /* RDMA WRITEs per process_vm_writev call */
+	SV_FIFO_BATCH_MIN = 8, /* a post list at least this long of tiny writes ... */
+};
 
 /*
- * Consecutive RDMA WRITEs go to the peer in one process_vm_writev: one system call
- * (~1.5 µs here) for up to SV_BATCH messages, which is what lets small writes reach
- * millions per second. Only WRITEs that pass every check join a batch; the first one
- * that does not (or anything else) ends it and goes through tx_one. Returns how many
- * WQEs were completed.
+ * ... goes as one-slot messages that the responder's library places (~50 ns each),
+ * instead of process_vm_writev, whose kernel side pins the remote page once per remote
+ * iovec (~400 ns each here, docs/performance.md). A lone WRITE still goes by CMA, which
+ * needs nothing from the target (its application may spin on the memory).
  */
+static uint32_t tx_tiny_writes(struct sv_qp *qp, struct sv_peer *peer, uint32_t n)
+{
+	uint64_t pos;
+
+	/* One reservation and one publishing fence for the whole burst. */
+	while (n && shm_fifo_reserve(peer->fifo, n, &peer->cached_head, &pos))
+		n /= 2;
+	if (!n) {
+		sv_set_hint(qp->tx_blocked, true);
+		return 0;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, qp->sq_next + i);
+		struct shm_msg m = { .op = SHM_OP_WRITE, .flags = SHM_F_LAST | SHM_F_TINY,
+				     .nslots = 1, .src_qpn = qp->ibv.qp_base.qp_num };
+		struct iovec iov[SV_IOV_MAX];
+		uint64_t bytes;
+		uint32_t off = 0;
+		int k;
+
+		/* Checked by tx_write_batch already: cannot fail here. */
+		(void)wqe_iov(qp, w, 0, iov, &k, &bytes);
+		for (int j = 0; j < k; j++) {
+			memcpy(m.u.rdma.tiny + off, iov[j].iov_base, iov[j].iov_len);
+			off += (uint32_t)iov[j].iov_len;
+		}
+		m.len = m.aux = (uint32_t)bytes;
+		m.u.rdma.addr = w->remote_addr;
+		m.u.rdma.rkey = w->rkey;
+		/* Each has its msn; the responder acknowledges a fifo batch at once. */
+		m.msn = ++qp->next_msn;
+		memcpy(shm_fifo_slot(peer->fifo, pos + i)->hdr, &m, sizeof(m));
+		w->msn = m.msn;
+		w->state = SV_WQE_WAIT;
+	}
+	qp->sq_next += n;
+	qp->fifo_writes_out += n;
+	if (shm_fifo_publish_run(peer->fifo, pos, n))
+		sv_engine_wake_peer(peer);
+	return n;
+}
+
 static uint32_t tx_write_batch(struct sv_qp *qp)
 {
 	struct sv_peer *peer = qp->peer;
 	struct iovec local[SV_BATCH * 4], remote[SV_BATCH];
 	uint64_t len[SV_BATCH];
-	int n_local = 0, n = 0;
+	int n_local = 0, n = 0, tiny = 0;
 	ssize_t done;
 
 	if (!peer || !peer->cma || !peer_ready(peer) || qp->ibv.qp_base.qp_type == IBV_QPT_UD)
@@ -646,9 +693,14 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 		remote[n].iov_base = (void *)(uintptr_t)va;
 		remote[n].iov_len = bytes;
 		len[n++] = bytes;
+		tiny += bytes <= SHM_TINY;
 	}
 	if (n < 2)
 		return 0; /* a lone WRITE takes the ordinary path */
+	if (n >= SV_FIFO_BATCH_MIN && tiny == n)
+		return tx_tiny_writes(qp, peer, (uint32_t)n);
+	if (qp->fifo_writes_out)
+		return 0; /* tx_rdma waits for them */
 	done = process_vm_writev(peer->pid, local, (unsigned long)n_local, remote,
 				 (unsigned long)n, 0);
 	if (done < 0)
@@ -715,6 +767,8 @@ static void acked_upto(struct sv_qp *qp, uint32_t msn)
 		if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
 		    w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || w->opcode == IBV_WR_RDMA_READ)
 			qp->rd_atomic_out--;
+		else if (w->opcode == IBV_WR_RDMA_WRITE && qp->fifo_writes_out)
+			qp->fifo_writes_out--;
 	}
 	if (sv_hint(qp->rnr_deadline) && sv_msn_le(qp->rnr_msn, msn))
 		sv_set_hint(qp->rnr_deadline, 0);

@@ -240,13 +240,18 @@ static enum rx_result rx_write(struct sv_qp *qp, const struct shm_msg *m, uint64
 	if (imm && !take_recv(qp, &r))
 		return qp->ibv.qp_base.qp_type == IBV_QPT_RC ? rnr(qp, m) : RX_CONSUMED;
 	sv_set_hint(qp->rnr_held, false);
-	if (m->len)
+	if (m->len && (m->flags & SHM_F_TINY))
+		memcpy((void *)(uintptr_t)va, m->u.rdma.tiny, m->len);
+	else if (m->len)
 		shm_fifo_get(qp->rx, pos, 0, (void *)(uintptr_t)va, m->len);
 	if (imm) {
 		struct shm_msg done = *m;
 
 		done.op = SHM_OP_WRITE_IMM;
 		finish_recv(qp, &r, &done, IBV_WC_SUCCESS, m->aux);
+	} else if ((m->flags & SHM_F_TINY) && m->msn) {
+		/* A burst of tiny writes: acknowledged once, at the end of this fifo batch. */
+		qp->ack_due = m->msn;
 	} else if ((m->flags & SHM_F_LAST) && m->msn) {
 		qp->ack_due = m->msn;
 		if (!answer(qp, SHM_OP_ACK, m->msn, 0, 0))

@@ -94,6 +94,17 @@ bool shm_fifo_publish(struct shm_fifo *f, uint64_t pos)
 	return false;
 }
 
+bool shm_fifo_publish_run(struct shm_fifo *f, uint64_t pos, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		atomic_store_explicit(&shm_fifo_slot(f, pos + i)->seq, pos + i + 1,
+				      memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst); /* as in shm_fifo_publish */
+	if (atomic_load_explicit(&f->armed, memory_order_relaxed))
+		return atomic_exchange_explicit(&f->armed, 0, memory_order_relaxed) != 0;
+	return false;
+}
+
 void shm_fifo_release(struct shm_fifo *f, uint32_t n)
 {
 	uint64_t h = atomic_load_explicit(&f->head, memory_order_relaxed);

@@ -32,6 +32,9 @@ enum shm_op {
 	SHM_OP_MAX,
 };
 
+/* A WRITE this small carries its data in its header: one slot per write. */
+#define SHM_TINY 16
+
 enum shm_flags {
 	SHM_F_INLINE = 1 << 0,    /* SEND: the payload follows the header in the ring */
 	SHM_F_IMM = 1 << 1,       /* imm is valid */
@@ -40,6 +43,7 @@ enum shm_flags {
 	SHM_F_CMP_SWP = 1 << 4,   /* ATOMIC: compare and swap (else fetch and add) */
 	SHM_F_FIRST = 1 << 5,     /* the first piece of a message (SEND) */
 	SHM_F_LAST = 1 << 6,      /* the last piece of a message (SEND, WRITE, READ_RESP) */
+	SHM_F_TINY = 1 << 7,      /* WRITE: the data is in u.rdma.tiny */
 };
 
 /* Header of every message: the 56 bytes after the slot's sequence word. */
@@ -64,6 +68,7 @@ struct shm_msg {
 		struct {
 			uint64_t addr; /* WRITE, READ_REQ: remote address; pieces: offset */
 			uint32_t rkey;
+			uint8_t tiny[SHM_TINY]; /* WRITE of at most SHM_TINY bytes: the data */
 		} __attribute__((packed)) rdma;
 	} u;
 };

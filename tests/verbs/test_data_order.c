@@ -1,0 +1,121 @@
+/*
+ * Ordering of RDMA operations on one RC QP (IBA 9.5): a READ posted after WRITEs returns
+ * what they wrote, whatever path each took (a post list of tiny WRITEs goes through the
+ * responder's fifo, a lone READ by process_vm_readv). Two QPs of one process, connected
+ * to each other.
+ */
+#include "verbs/sv_test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { N_WRITES = 32, ROUNDS = 200 };
+
+struct pair {
+	struct tu_res *res;
+	struct ibv_qp *a, *b;
+	struct ibv_mr *src, *dst, *back;
+	uint64_t src_buf[N_WRITES], dst_buf[N_WRITES], back_buf[N_WRITES];
+};
+
+static int setup(void **state)
+{
+	struct pair *p = calloc(1, sizeof(*p));
+	struct ibv_qp_init_attr attr = {
+		.cap = { .max_send_wr = 2 * N_WRITES, .max_recv_wr = 4, .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	struct tu_conn ca, cb;
+	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+	if (!p)
+		return -1;
+	p->res = tu_res_open();
+	attr.send_cq = attr.recv_cq = ibv_create_cq(p->res->ctx, 4 * N_WRITES, NULL, NULL, 0);
+	assert_non_null(attr.send_cq);
+	p->a = ibv_create_qp(p->res->pd, &attr);
+	p->b = ibv_create_qp(p->res->pd, &attr);
+	assert_non_null(p->a);
+	assert_non_null(p->b);
+	tu_conn_init(&ca, p->res, p->b->qp_num);
+	tu_conn_init(&cb, p->res, p->a->qp_num);
+	ca.access = cb.access = access;
+	ca.max_rd_atomic = ca.max_dest_rd_atomic = cb.max_rd_atomic = cb.max_dest_rd_atomic = 4;
+	assert_int_equal(tu_qp_connect(p->a, &ca, IBV_QPS_RTS), 0);
+	assert_int_equal(tu_qp_connect(p->b, &cb, IBV_QPS_RTS), 0);
+	p->src = ibv_reg_mr(p->res->pd, p->src_buf, sizeof(p->src_buf), access);
+	p->dst = ibv_reg_mr(p->res->pd, p->dst_buf, sizeof(p->dst_buf), access);
+	p->back = ibv_reg_mr(p->res->pd, p->back_buf, sizeof(p->back_buf), access);
+	assert_non_null(p->src);
+	assert_non_null(p->dst);
+	assert_non_null(p->back);
+	*state = p;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct pair *p = *state;
+	struct ibv_cq *cq = p->a->send_cq;
+
+	ibv_dereg_mr(p->src);
+	ibv_dereg_mr(p->dst);
+	ibv_dereg_mr(p->back);
+	ibv_destroy_qp(p->a);
+	ibv_destroy_qp(p->b);
+	ibv_destroy_cq(cq);
+	tu_res_close(p->res);
+	free(p);
+	return 0;
+}
+
+/* A post list of 8-byte WRITEs, then a READ of the same bytes in the same chain. */
+static void test_read_after_tiny_writes_sees_them(void **state)
+{
+	struct pair *p = *state;
+	struct ibv_send_wr wr[N_WRITES + 1], *bad;
+	struct ibv_sge sge[N_WRITES + 1];
+	struct ibv_wc wc;
+
+	for (int round = 0; round < ROUNDS; round++) {
+		memset(p->back_buf, 0, sizeof(p->back_buf));
+		for (int i = 0; i < N_WRITES; i++) {
+			p->src_buf[i] = ((uint64_t)round << 32) | (uint64_t)i;
+			sge[i] = (struct ibv_sge){ .addr = (uintptr_t)&p->src_buf[i], .length = 8,
+						   .lkey = p->src->lkey };
+			wr[i] = (struct ibv_send_wr){
+				.wr_id = (uint64_t)i, .next = &wr[i + 1], .sg_list = &sge[i],
+				.num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				.wr.rdma = { .remote_addr = (uintptr_t)&p->dst_buf[i],
+					     .rkey = p->dst->rkey },
+			};
+		}
+		sge[N_WRITES] = (struct ibv_sge){ .addr = (uintptr_t)p->back_buf,
+						  .length = sizeof(p->back_buf), .lkey = p->back->lkey };
+		wr[N_WRITES] = (struct ibv_send_wr){
+			.wr_id = 1000, .sg_list = &sge[N_WRITES], .num_sge = 1,
+			.opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED,
+			.wr.rdma = { .remote_addr = (uintptr_t)p->dst_buf, .rkey = p->dst->rkey },
+		};
+		assert_int_equal(ibv_post_send(p->a, wr, &bad), 0);
+		assert_int_equal(tu_poll(p->a->send_cq, 1, &wc, 5000), 1);
+		assert_int_equal(wc.status, IBV_WC_SUCCESS);
+		assert_int_equal(wc.wr_id, 1000);
+		for (int i = 0; i < N_WRITES; i++)
+			if (p->back_buf[i] != p->src_buf[i])
+				fail_msg("round %d: READ after WRITE got %#llx at %d, wrote %#llx", round,
+					 (unsigned long long)p->back_buf[i], i,
+					 (unsigned long long)p->src_buf[i]);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_read_after_tiny_writes_sees_them, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
