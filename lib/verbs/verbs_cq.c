@@ -72,10 +72,10 @@ static int cqx_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 	if (attr && attr->comp_mask)
 		return EINVAL;
 	sv_cq_progress(cq);
+	sv_engine_note_poll();
 	pthread_spin_lock(&cq->lock);
 	if (cq->tail == cq->head) {
 		pthread_spin_unlock(&cq->lock);
-		sv_engine_note_idle_poll();
 		return ENOENT;
 	}
 	cq->cur = cq->ring[cq->tail++ & (cq->size - 1)];
@@ -287,8 +287,7 @@ int sv_verbs_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	/* Move the work of the CQ's QPs first: no thread hand-off on the fast path. */
 	sv_cq_progress(cq);
 	got = sv_cq_poll(cq, n, wc);
-	if (!got)
-		sv_engine_note_idle_poll();
+	sv_engine_note_poll();
 	return got;
 }
 
