@@ -82,21 +82,9 @@ enum ibv_wc_status sv_cma_copy(pid_t pid, struct iovec *local, int n_local, uint
 	while (done < len) {
 		struct iovec r = { .iov_base = (void *)(uintptr_t)(remote + done), .iov_len = len - done };
 		struct iovec l[SV_IOV_MAX];
-		int nl = 0;
-		uint64_t skip = done;
+		int nl = sv_iov_slice(local, n_local, done, len - done, l); /* from byte `done` on */
 		ssize_t n;
 
-		/* The local side from byte `done` on. */
-		for (int i = 0; i < n_local; i++) {
-			if (skip >= local[i].iov_len) {
-				skip -= local[i].iov_len;
-				continue;
-			}
-			l[nl].iov_base = (char *)local[i].iov_base + skip;
-			l[nl].iov_len = local[i].iov_len - skip;
-			skip = 0;
-			nl++;
-		}
 		n = write ? process_vm_writev(pid, l, (unsigned long)nl, &r, 1, 0)
 			  : process_vm_readv(pid, l, (unsigned long)nl, &r, 1, 0);
 		if (n <= 0) {
