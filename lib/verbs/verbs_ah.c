@@ -59,14 +59,6 @@ int ibv_destroy_ah(struct ibv_ah *ibah)
 	return 0;
 }
 
-static void v4_mapped(union ibv_gid *gid, const void *addr4)
-{
-	memset(gid, 0, sizeof(*gid));
-	gid->raw[10] = 0xff;
-	gid->raw[11] = 0xff;
-	memcpy(&gid->raw[12], addr4, 4);
-}
-
 /*
  * The 40 bytes in front of a UD receive: an IPv6 header (the GRH proper), or, for RoCE
  * v2 over IPv4, 20 unused bytes and then the IPv4 header. rdma-core reads them this
@@ -100,8 +92,8 @@ static int read_grh(const struct ibv_grh *grh, struct grh_view *v)
 		return 0;
 	}
 	if ((raw[20] >> 4) == 4) {
-		v4_mapped(&v->sgid, raw + 20 + 12);
-		v4_mapped(&v->dgid, raw + 20 + 16);
+		sv_gid_from_ipv4(&v->sgid, raw + 20 + 12);
+		sv_gid_from_ipv4(&v->dgid, raw + 20 + 16);
 		v->flow_label = 0;
 		v->tclass = raw[20 + 1];
 		v->hop_limit = raw[20 + 8];

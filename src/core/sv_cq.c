@@ -95,16 +95,6 @@ void sv_cq_arm(struct sv_cq *cq, int solicited_only)
 	pthread_spin_unlock(&cq->lock);
 }
 
-uint32_t sv_cq_count(struct sv_cq *cq)
-{
-	uint32_t n;
-
-	pthread_spin_lock(&cq->lock);
-	n = cq->head - cq->tail;
-	pthread_spin_unlock(&cq->lock);
-	return n;
-}
-
 void sv_cq_clean(struct sv_cq *cq, uint32_t qp_num)
 {
 	uint32_t keep;

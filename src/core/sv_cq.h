@@ -26,9 +26,6 @@ int sv_cq_poll(struct sv_cq *cq, int n, struct ibv_wc *wc);
 /* Arms the CQ: 1 for any completion, 2 for solicited (and error) completions only. */
 void sv_cq_arm(struct sv_cq *cq, int solicited_only);
 
-/* Completions currently queued. */
-uint32_t sv_cq_count(struct sv_cq *cq);
-
 /* Removes every completion of @qp_num (destroy_qp / RESET). */
 void sv_cq_clean(struct sv_cq *cq, uint32_t qp_num);
 

@@ -48,7 +48,7 @@ static uint64_t host_hash(void)
 	return h;
 }
 
-static void v4_mapped(union ibv_gid *gid, const struct in_addr *a)
+void sv_gid_from_ipv4(union ibv_gid *gid, const void *a)
 {
 	memset(gid, 0, sizeof(*gid));
 	gid->raw[10] = 0xff;
@@ -97,7 +97,7 @@ static void probe_gids(struct sv_host *host)
 				if (!(ifa->ifa_flags & IFF_UP) || gid_rank(sa) != rank)
 					continue;
 				if (sa->sa_family == AF_INET)
-					v4_mapped(&gid, &((const struct sockaddr_in *)sa)->sin_addr);
+					sv_gid_from_ipv4(&gid, &((const struct sockaddr_in *)sa)->sin_addr);
 				else
 					memcpy(gid.raw, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
 				add_gid(host, &gid, if_nametoindex(ifa->ifa_name));
@@ -110,7 +110,7 @@ static void probe_gids(struct sv_host *host)
 		struct in_addr lo = { htonl(INADDR_LOOPBACK) };
 		union ibv_gid gid;
 
-		v4_mapped(&gid, &lo);
+		sv_gid_from_ipv4(&gid, &lo);
 		add_gid(host, &gid, 1);
 	}
 }
@@ -158,11 +158,6 @@ int sv_host_find_gid(const struct sv_host *host, const union ibv_gid *gid)
 		if (!memcmp(host->gids[i].gid.raw, gid->raw, 16))
 			return i;
 	return -1;
-}
-
-int sv_host_owns_gid(const struct sv_host *host, const union ibv_gid *gid)
-{
-	return sv_host_find_gid(host, gid) >= 0;
 }
 
 void sv_device_attr(const struct sv_host *host, struct ibv_device_attr *attr)

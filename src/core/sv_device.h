@@ -60,7 +60,7 @@ void sv_port_attr(const struct sv_host *host, struct ibv_port_attr *attr);
 
 /* Index of @gid in the host's table, or -1. */
 int sv_host_find_gid(const struct sv_host *host, const union ibv_gid *gid);
-/* True if @gid or @lid names this host. */
-int sv_host_owns_gid(const struct sv_host *host, const union ibv_gid *gid);
+/* The RoCE v2 GID of an IPv4 address (4 bytes, network order): ::ffff:a.b.c.d. */
+void sv_gid_from_ipv4(union ibv_gid *gid, const void *addr4);
 
 #endif

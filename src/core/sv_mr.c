@@ -7,14 +7,6 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-const char *const sv_access_result_name[] = {
-	[SV_ACCESS_OK] = "ok",
-	[SV_ACCESS_BAD_KEY] = "bad key",
-	[SV_ACCESS_BAD_PD] = "wrong PD",
-	[SV_ACCESS_NO_RIGHT] = "access right missing",
-	[SV_ACCESS_OUT_OF_RANGE] = "out of range",
-};
-
 int sv_mr_table_init(struct sv_mr_table *t)
 {
 	memset(t, 0, sizeof(*t));

@@ -62,6 +62,5 @@ void sv_mr_table_remove(struct sv_mr_table *t, uint32_t index);
 enum sv_access_result sv_mr_check(const struct sv_mr_entry *slots, uint32_t key, uint32_t pd,
 				  uint32_t need, uint64_t addr, uint64_t len, uint64_t *vaddr);
 
-extern const char *const sv_access_result_name[];
 
 #endif

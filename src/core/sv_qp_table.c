@@ -168,12 +168,3 @@ int sv_qp_transition_required(enum ibv_qp_type type, enum ibv_qp_state cur,
 
 	return tr ? tr->req[t] : -1;
 }
-
-int sv_qp_transition_optional(enum ibv_qp_type type, enum ibv_qp_state cur,
-			      enum ibv_qp_state next)
-{
-	int t = type_index(type);
-	const struct transition *tr = t < 0 ? NULL : lookup(t, cur, next);
-
-	return tr ? tr->opt[t] : -1;
-}

@@ -23,10 +23,8 @@ bool sv_qp_type_supported(enum ibv_qp_type type);
 bool sv_qp_transition_ok(enum ibv_qp_type type, enum ibv_qp_state cur,
 			 enum ibv_qp_state next, int mask);
 
-/* The attributes a transition requires / allows (for diagnostics and tests). */
+/* The attributes a transition requires; -1 if it does not exist (tests count them). */
 int sv_qp_transition_required(enum ibv_qp_type type, enum ibv_qp_state cur,
-			      enum ibv_qp_state next);
-int sv_qp_transition_optional(enum ibv_qp_type type, enum ibv_qp_state cur,
 			      enum ibv_qp_state next);
 
 #endif
