@@ -1132,3 +1132,24 @@ int tp_pair_teardown(void **state)
 	*state = NULL;
 	return rc;
 }
+
+struct tp_wr tp_wr1(uint64_t id, enum ibv_wr_opcode op, uint32_t off, uint32_t len)
+{
+	struct tp_wr w;
+
+	memset(&w, 0, sizeof(w));
+	w.wr_id = id;
+	w.opcode = op;
+	w.send_flags = IBV_SEND_SIGNALED;
+	w.nsge = len ? 1 : 0;
+	w.sge[0].off = off;
+	w.sge[0].len = len;
+	return w;
+}
+
+void tp_expect_eq(long long got, long long want, const char *field, const char *what)
+{
+	if (got != want)
+		fail_msg("%s: %s is %lld (0x%llx), expected %lld (0x%llx)", what, field, got,
+			 (unsigned long long)got, want, (unsigned long long)want);
+}

@@ -114,6 +114,12 @@ struct tp_wr {
 	uint32_t remote_qpn, remote_qkey;
 };
 
+/* A signaled WR of @len bytes from the buffer at @off (no SGE when @len is 0). */
+struct tp_wr tp_wr1(uint64_t id, enum ibv_wr_opcode op, uint32_t off, uint32_t len);
+
+/* Fails the test with both values unless @got equals @want. */
+void tp_expect_eq(long long got, long long want, const char *field, const char *what);
+
 /* Posts @n WRs as one chain on QP @qp (SGEs into ep->buf; an AH from wr->ah for UD).
  * Returns ibv_post_send's value; *bad, if not NULL, the index of bad_wr (n if none). */
 int tp_ep_post_send(struct tp_ep *ep, int qp, const struct tp_wr *wr, int n, int *bad);

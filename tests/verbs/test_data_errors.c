@@ -32,32 +32,11 @@
 
 static const struct tp_qp_opts rc_opts = { .type = IBV_QPT_RC };
 
-static void expect_eq(long long got, long long want, const char *field, const char *what)
-{
-	if (got != want)
-		fail_msg("%s: %s is %lld (0x%llx), expected %lld (0x%llx)", what, field, got,
-			 (unsigned long long)got, want, (unsigned long long)want);
-}
-
-static struct tp_wr wr1(uint64_t id, enum ibv_wr_opcode op, uint32_t off, uint32_t len)
-{
-	struct tp_wr w;
-
-	memset(&w, 0, sizeof(w));
-	w.wr_id = id;
-	w.opcode = op;
-	w.send_flags = IBV_SEND_SIGNALED;
-	w.nsge = len ? 1 : 0;
-	w.sge[0].off = off;
-	w.sge[0].len = len;
-	return w;
-}
-
 /* A WR towards the agent's buffer at @roff. */
 static struct tp_wr wr_to(const struct tp_pair *x, uint64_t id, enum ibv_wr_opcode op,
 			  uint32_t off, uint32_t len, uint64_t roff)
 {
-	struct tp_wr w = wr1(id, op, off, len);
+	struct tp_wr w = tp_wr1(id, op, off, len);
 
 	w.remote_addr = x->pi.addr + roff;
 	w.rkey = x->pi.rkey;
@@ -91,10 +70,10 @@ static void expect_error_then_err_state(struct tp_pair *x, uint64_t id, enum ibv
 					const char *what)
 {
 	struct ibv_wc wc;
-	struct tp_wr w = wr1(id + 1000, IBV_WR_SEND, 0, 8);
+	struct tp_wr w = tp_wr1(id + 1000, IBV_WR_SEND, 0, 8);
 
 	tp_expect_wc(x->ep.scq, id, st, W, &wc);
-	expect_eq(wc.qp_num, x->li.qpn, "qp_num", what);
+	tp_expect_eq(wc.qp_num, x->li.qpn, "qp_num", what);
 	if (!tp_wait_state(x->ep.qp[x->lq], IBV_QPS_ERR, W))
 		fail_msg("%s: the QP is not in ERR %d ms after its error completion", what, W);
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
@@ -120,14 +99,14 @@ static void test_local_protection_errors(void **state)
 	struct ibv_wc wc;
 
 	/* A bad lkey. */
-	w = wr1(1, IBV_WR_SEND, 0, 100);
+	w = tp_wr1(1, IBV_WR_SEND, 0, 100);
 	w.lkey_xor = 0x00100000;
 	assert_int_equal(tp_post_recv(&x->peer, x->pq, 1, &(struct tp_sge){ 0, 4096 }, 1), 0);
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	expect_error_then_err_state(x, 1, IBV_WC_LOC_PROT_ERR, "SEND with a bad lkey");
 	/* Nothing reached the responder: its receive waits, its QP carries on. */
 	assert_int_equal(tp_poll(&x->peer, false, 1, 0, &wc), 0);
-	expect_eq(tp_state(&x->peer, x->pq), IBV_QPS_RTS, "responder's state", "bad lkey");
+	tp_expect_eq(tp_state(&x->peer, x->pq), IBV_QPS_RTS, "responder's state", "bad lkey");
 
 	/* An SGE that runs past the end of its MR. */
 	renew(x, TP_QP_ACCESS_ALL);
@@ -147,7 +126,7 @@ static void test_local_protection_errors(void **state)
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	expect_error_then_err_state(x, 3, IBV_WC_LOC_PROT_ERR, "READ into a read-only MR");
 	for (int i = 0; i < 64; i++)
-		expect_eq(x->ep.buf[i], 0x5c, "a byte of the read-only MR", "failed READ");
+		tp_expect_eq(x->ep.buf[i], 0x5c, "a byte of the read-only MR", "failed READ");
 	assert_int_equal(ibv_dereg_mr(ro), 0);
 	tp_pair_stop(x);
 }
@@ -157,7 +136,7 @@ static void test_local_protection_errors(void **state)
 static void test_receive_with_bad_lkey(void **state)
 {
 	struct tp_pair *x = rc_pair(state);
-	struct tp_wr w = wr1(1, IBV_WR_SEND, 0, 100);
+	struct tp_wr w = tp_wr1(1, IBV_WR_SEND, 0, 100);
 	struct ibv_sge sge = { 0 };
 	struct ibv_recv_wr *bad, rwr = { .wr_id = 9, .sg_list = &sge, .num_sge = 1 };
 
@@ -269,7 +248,7 @@ static void test_receive_too_small(void **state)
 	const uint32_t lens[] = { 64, 65536 }, room[] = { 16, 16384 };
 
 	for (unsigned int k = 0; k < ARRAY_LEN(lens); k++) {
-		struct tp_wr w = wr1(k, IBV_WR_SEND, 0, lens[k]);
+		struct tp_wr w = tp_wr1(k, IBV_WR_SEND, 0, lens[k]);
 		struct ibv_wc wc;
 		char what[64];
 
@@ -280,7 +259,7 @@ static void test_receive_too_small(void **state)
 					      &(struct tp_sge){ 0, room[k] }, 1), 0);
 		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 		tp_expect_peer_wc(&x->peer, false, 10 + k, IBV_WC_LOC_LEN_ERR, &wc);
-		expect_eq(wc.qp_num, x->pi.qpn, "qp_num", what);
+		tp_expect_eq(wc.qp_num, x->pi.qpn, "qp_num", what);
 		expect_error_then_err_state(x, k, IBV_WC_REM_INV_REQ_ERR, what);
 		if (!tp_wait_peer_state(&x->peer, x->pq, IBV_QPS_ERR, W))
 			fail_msg("%s: the responder's QP is not in ERR", what);
@@ -305,12 +284,12 @@ static void test_error_flushes_everything_outstanding(void **state)
 	}
 	/* A SEND the agent receives, then a WRITE with a bad rkey, then work queued behind
 	 * it: an unsignaled WRITE (to bytes the test watches) and a signaled SEND. */
-	w[0] = wr1(0, IBV_WR_SEND, 0, 16);
+	w[0] = tp_wr1(0, IBV_WR_SEND, 0, 16);
 	w[1] = wr_to(x, 1, IBV_WR_RDMA_WRITE, 0, 100, 0);
 	w[1].rkey ^= 0x00100000;
 	w[2] = wr_to(x, 2, IBV_WR_RDMA_WRITE, 4096, 100, 16384);
 	w[2].send_flags = 0;
-	w[3] = wr1(3, IBV_WR_SEND, 0, 16);
+	w[3] = tp_wr1(3, IBV_WR_SEND, 0, 16);
 	tp_fill_peer(&x->peer, 16384, 100, 90, 0);
 	tp_fill(x->ep.buf + 4096, 100, 91, 0);
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, w, 4, NULL), 0);
@@ -318,11 +297,11 @@ static void test_error_flushes_everything_outstanding(void **state)
 	tp_expect_wc(x->ep.scq, 1, IBV_WC_REM_ACCESS_ERR, W, NULL);
 	/* IBA 10.8.3.3: an error always completes, signaled or not. */
 	tp_expect_wc(x->ep.scq, 2, IBV_WC_WR_FLUSH_ERR, W, &wc[0]);
-	expect_eq(wc[0].qp_num, x->li.qpn, "qp_num", "flushed unsignaled WRITE");
+	tp_expect_eq(wc[0].qp_num, x->li.qpn, "qp_num", "flushed unsignaled WRITE");
 	tp_expect_wc(x->ep.scq, 3, IBV_WC_WR_FLUSH_ERR, W, NULL);
 	for (int i = 0; i < 3; i++) {
 		tp_expect_wc(x->ep.rcq, 100 + (uint64_t)i, IBV_WC_WR_FLUSH_ERR, W, &wc[0]);
-		expect_eq(wc[0].qp_num, x->li.qpn, "qp_num", "flushed receive");
+		tp_expect_eq(wc[0].qp_num, x->li.qpn, "qp_num", "flushed receive");
 	}
 	tp_expect_no_wc(x->ep.scq, 20, "after the flush of the send queue");
 	if (!tp_wait_state(x->ep.qp[x->lq], IBV_QPS_ERR, W))
@@ -376,7 +355,7 @@ static void test_peer_killed(void **state)
 {
 	struct tp_pair *x = rc_pair(state);
 	int busy = x->lq, idle;
-	struct tp_wr w = wr1(1, IBV_WR_SEND, 0, 100);
+	struct tp_wr w = tp_wr1(1, IBV_WR_SEND, 0, 100);
 	struct ibv_async_event ev;
 	bool fatal[2] = { false, false };
 	long long t0, dt;
@@ -405,8 +384,8 @@ static void test_peer_killed(void **state)
 	dt = tu_now_ms() - t0;
 	if (dt > 1000)
 		fail_msg("IBV_EVENT_QP_FATAL came %lld ms after the peer's SIGKILL (> 1 s)", dt);
-	expect_eq(tu_query_state(x->ep.qp[busy]), IBV_QPS_ERR, "state", "after QP_FATAL");
-	expect_eq(tu_query_state(x->ep.qp[idle]), IBV_QPS_ERR, "state", "idle QP after QP_FATAL");
+	tp_expect_eq(tu_query_state(x->ep.qp[busy]), IBV_QPS_ERR, "state", "after QP_FATAL");
+	tp_expect_eq(tu_query_state(x->ep.qp[idle]), IBV_QPS_ERR, "state", "idle QP after QP_FATAL");
 	tp_expect_wc(x->ep.scq, 1, IBV_WC_WR_FLUSH_ERR, W, NULL);
 	tp_expect_wc(x->ep.rcq, 10, IBV_WC_WR_FLUSH_ERR, W, NULL);
 	tp_expect_wc(x->ep.rcq, 11, IBV_WC_WR_FLUSH_ERR, W, NULL);
@@ -419,7 +398,7 @@ static void test_peer_destroys_its_qp(void **state)
 {
 	struct tp_pair *x = rc_pair(state);
 	int waiting = x->lq, later;
-	struct tp_wr w = wr1(1, IBV_WR_SEND, 0, 100);
+	struct tp_wr w = tp_wr1(1, IBV_WR_SEND, 0, 100);
 	struct ibv_wc wc;
 
 	/* QP 1: a SEND waits (RNR) when the peer's QP goes. */
@@ -427,7 +406,7 @@ static void test_peer_destroys_its_qp(void **state)
 	tp_expect_no_wc(x->ep.scq, 50, "SEND waiting for a receive");
 	assert_int_equal(tp_destroy_qp(&x->peer, x->pq), 0);
 	tp_expect_wc(x->ep.scq, 1, IBV_WC_RETRY_EXC_ERR, W, &wc);
-	expect_eq(wc.qp_num, x->li.qpn, "qp_num", "SEND to a destroyed QP");
+	tp_expect_eq(wc.qp_num, x->li.qpn, "qp_num", "SEND to a destroyed QP");
 
 	/* QP 2: idle when the peer's QP goes. */
 	renew(x, TP_QP_ACCESS_ALL);
@@ -438,7 +417,7 @@ static void test_peer_destroys_its_qp(void **state)
 	if (tp_wait_async(x->ep.res->ctx, IBV_EVENT_QP_FATAL, 1200, NULL))
 		fail_msg("IBV_EVENT_QP_FATAL after the peer destroyed its QP cleanly");
 	tp_expect_no_wc(x->ep.rcq, 0, "receive after the peer destroyed its QP");
-	expect_eq(tu_query_state(x->ep.qp[later]), IBV_QPS_RTS, "state",
+	tp_expect_eq(tu_query_state(x->ep.qp[later]), IBV_QPS_RTS, "state",
 		  "QP whose peer destroyed its QP");
 	/* What is sent now has nobody to answer it. */
 	w.wr_id = 2;
@@ -464,7 +443,7 @@ static void test_rc_to_nonexistent_qpn(void **state)
 	tp_stop(&x->peer);
 	tp_ep_open(&x->ep, BUF_LEN, 0);
 	for (int k = 0; k < 2; k++) {
-		struct tp_wr w[2] = { wr1(1, IBV_WR_SEND, 0, 100), wr1(2, IBV_WR_RDMA_WRITE, 0, 100) };
+		struct tp_wr w[2] = { tp_wr1(1, IBV_WR_SEND, 0, 100), tp_wr1(2, IBV_WR_RDMA_WRITE, 0, 100) };
 
 		x->lq = tp_ep_create_qp(&x->ep, &rc_opts);
 		tp_ep_info(&x->ep, x->lq, &x->li);
@@ -485,7 +464,7 @@ static void test_rc_to_nonexistent_qpn(void **state)
 	}
 	/* A WRITE alone, too: it needs the target as much as a SEND does. */
 	{
-		struct tp_wr w = wr1(3, IBV_WR_RDMA_WRITE, 0, 100);
+		struct tp_wr w = tp_wr1(3, IBV_WR_RDMA_WRITE, 0, 100);
 
 		w.remote_addr = (uintptr_t)x->ep.buf;
 		w.rkey = x->ep.mr->rkey;
@@ -528,7 +507,7 @@ static void test_mr_deregistered_while_peer_writes(void **state)
 			id++;
 		}
 		if (ibv_poll_cq(x->ep.scq, 1, &wc) == 1) {
-			expect_eq((long long)wc.wr_id, (long long)done, "wr_id", "writes in order");
+			tp_expect_eq((long long)wc.wr_id, (long long)done, "wr_id", "writes in order");
 			done++;
 			if (wc.status == IBV_WC_SUCCESS) {
 				/* Fine before the deregistration; never after it returned. */
@@ -537,7 +516,7 @@ static void test_mr_deregistered_while_peer_writes(void **state)
 						 "at the target, succeeded", (unsigned long long)wc.wr_id);
 				ok++;
 			} else {
-				expect_eq(wc.status, IBV_WC_REM_ACCESS_ERR, "status",
+				tp_expect_eq(wc.status, IBV_WC_REM_ACCESS_ERR, "status",
 					  "first failing WRITE to a deregistered MR");
 				failed = true;
 			}

@@ -55,28 +55,6 @@ static struct tp_pair *rc_pair(void **state)
 	return x;
 }
 
-static void expect_eq(long long got, long long want, const char *field, const char *what)
-{
-	if (got != want)
-		fail_msg("%s: %s is %lld (0x%llx), expected %lld (0x%llx)", what, field, got,
-			 (unsigned long long)got, want, (unsigned long long)want);
-}
-
-/* A signaled WR of @len bytes from our buffer at @off (no SGE when @len is 0). */
-static struct tp_wr wr1(uint64_t id, enum ibv_wr_opcode op, uint32_t off, uint32_t len)
-{
-	struct tp_wr w;
-
-	memset(&w, 0, sizeof(w));
-	w.wr_id = id;
-	w.opcode = op;
-	w.send_flags = IBV_SEND_SIGNALED;
-	w.nsge = len ? 1 : 0;
-	w.sge[0].off = off;
-	w.sge[0].len = len;
-	return w;
-}
-
 /* The agent's bytes [@off - 5, @off) and [@off + @len, +GUARD_LEN) get guard patterns. */
 static void guard_peer(struct tp_pair *x, uint32_t off, uint32_t len)
 {
@@ -115,21 +93,21 @@ static void check_recv_wc(const struct tp_pair *x, const struct ibv_wc *wc,
 			  enum ibv_wc_opcode opcode, uint32_t byte_len, bool imm, uint32_t imm_data,
 			  const char *what)
 {
-	expect_eq(wc->opcode, opcode, "opcode", what);
-	expect_eq(wc->byte_len, byte_len, "byte_len", what);
-	expect_eq(!!(wc->wc_flags & IBV_WC_WITH_IMM), imm, "IBV_WC_WITH_IMM", what);
+	tp_expect_eq(wc->opcode, opcode, "opcode", what);
+	tp_expect_eq(wc->byte_len, byte_len, "byte_len", what);
+	tp_expect_eq(!!(wc->wc_flags & IBV_WC_WITH_IMM), imm, "IBV_WC_WITH_IMM", what);
 	if (imm)
-		expect_eq(wc->imm_data, imm_data, "imm_data", what);
-	expect_eq(wc->qp_num, x->pi.qpn, "qp_num", what);
-	expect_eq(wc->src_qp, x->li.qpn, "src_qp", what);
-	expect_eq(wc->slid, x->li.lid, "slid", what);
+		tp_expect_eq(wc->imm_data, imm_data, "imm_data", what);
+	tp_expect_eq(wc->qp_num, x->pi.qpn, "qp_num", what);
+	tp_expect_eq(wc->src_qp, x->li.qpn, "src_qp", what);
+	tp_expect_eq(wc->slid, x->li.lid, "slid", what);
 }
 
 static void check_send_wc(const struct tp_pair *x, const struct ibv_wc *wc,
 			  enum ibv_wc_opcode opcode, const char *what)
 {
-	expect_eq(wc->opcode, opcode, "opcode", what);
-	expect_eq(wc->qp_num, x->li.qpn, "qp_num", what);
+	tp_expect_eq(wc->opcode, opcode, "opcode", what);
+	tp_expect_eq(wc->qp_num, x->li.qpn, "qp_num", what);
 }
 
 /* ---- every operation at every size -------------------------------------------------- */
@@ -141,7 +119,7 @@ static void test_send_every_size(void **state)
 	for (unsigned int k = 0; k < 2 * ARRAY_LEN(sizes); k++) {
 		uint32_t len = sizes[k / 2], seed = 100 + k, room = len + 7;
 		bool imm = k % 2;
-		struct tp_wr w = wr1(k, imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND, 3, len);
+		struct tp_wr w = tp_wr1(k, imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND, 3, len);
 		struct tp_sge rs = { 5, room };
 		struct ibv_wc wc;
 		char what[64];
@@ -168,7 +146,7 @@ static void test_write_every_size(void **state)
 
 	for (unsigned int k = 0; k < ARRAY_LEN(sizes); k++) {
 		uint32_t len = sizes[k], seed = 200 + k;
-		struct tp_wr w = wr1(k, IBV_WR_RDMA_WRITE, 3, len);
+		struct tp_wr w = tp_wr1(k, IBV_WR_RDMA_WRITE, 3, len);
 		struct ibv_wc wc;
 		char what[64];
 
@@ -194,7 +172,7 @@ static void test_write_with_imm_every_size(void **state)
 
 	for (unsigned int k = 0; k < ARRAY_LEN(sizes); k++) {
 		uint32_t len = sizes[k], seed = 300 + k;
-		struct tp_wr w = wr1(k, IBV_WR_RDMA_WRITE_WITH_IMM, 3, len);
+		struct tp_wr w = tp_wr1(k, IBV_WR_RDMA_WRITE_WITH_IMM, 3, len);
 		struct ibv_wc wc;
 		char what[64];
 
@@ -223,7 +201,7 @@ static void test_read_every_size(void **state)
 
 	for (unsigned int k = 0; k < ARRAY_LEN(sizes); k++) {
 		uint32_t len = sizes[k], seed = 400 + k;
-		struct tp_wr w = wr1(k, IBV_WR_RDMA_READ, 3, len);
+		struct tp_wr w = tp_wr1(k, IBV_WR_RDMA_READ, 3, len);
 		struct ibv_wc wc;
 		char what[64];
 
@@ -236,7 +214,7 @@ static void test_read_every_size(void **state)
 		tp_expect_wc(x->ep.scq, k, IBV_WC_SUCCESS, W, &wc);
 		check_send_wc(x, &wc, IBV_WC_RDMA_READ, what);
 		/* ibv_poll_cq(3): byte_len is relevant in the send queue for RDMA Read. */
-		expect_eq(wc.byte_len, len, "byte_len", what);
+		tp_expect_eq(wc.byte_len, len, "byte_len", what);
 		tp_assert_pattern(x->ep.buf + 3, len, seed, 0, what);
 		check_guards_local(x, 3, len, what);
 	}
@@ -259,15 +237,15 @@ static void test_one_sided_while_target_blocked_in_read(void **state)
 	tp_fill_peer(&x->peer, 0, big, 41, 0);
 	tp_poke(&x->peer, 2 * big, &init, 8);
 	/* From here until the checks below, the agent only waits in read(). */
-	w[0] = wr1(0, IBV_WR_RDMA_READ, 0, big);
+	w[0] = tp_wr1(0, IBV_WR_RDMA_READ, 0, big);
 	w[0].remote_addr = x->pi.addr;
-	w[1] = wr1(1, IBV_WR_RDMA_WRITE, big, 65536);
+	w[1] = tp_wr1(1, IBV_WR_RDMA_WRITE, big, 65536);
 	w[1].remote_addr = x->pi.addr + big;
-	w[2] = wr1(2, IBV_WR_ATOMIC_CMP_AND_SWP, 2 * big, 8);
+	w[2] = tp_wr1(2, IBV_WR_ATOMIC_CMP_AND_SWP, 2 * big, 8);
 	w[2].remote_addr = x->pi.addr + 2 * big;
 	w[2].compare_add = 0x1000;
 	w[2].swap = 0x2000;
-	w[3] = wr1(3, IBV_WR_ATOMIC_FETCH_AND_ADD, 2 * big + 8, 8);
+	w[3] = tp_wr1(3, IBV_WR_ATOMIC_FETCH_AND_ADD, 2 * big + 8, 8);
 	w[3].remote_addr = x->pi.addr + 2 * big;
 	w[3].compare_add = 0x22;
 	for (int i = 0; i < 4; i++)
@@ -280,13 +258,13 @@ static void test_one_sided_while_target_blocked_in_read(void **state)
 	}
 	tp_assert_pattern(x->ep.buf, big, 41, 0, "RDMA_READ from a target blocked in read()");
 	memcpy(&val, x->ep.buf + 2 * big, 8);
-	expect_eq((long long)val, 0x1000, "compare-and-swap's original value", "one-sided CAS");
+	tp_expect_eq((long long)val, 0x1000, "compare-and-swap's original value", "one-sided CAS");
 	memcpy(&val, x->ep.buf + 2 * big + 8, 8);
-	expect_eq((long long)val, 0x2000, "fetch-and-add's original value", "one-sided FAA");
+	tp_expect_eq((long long)val, 0x2000, "fetch-and-add's original value", "one-sided FAA");
 	/* The agent wakes up: what it finds in its memory. */
 	tp_check_peer(&x->peer, big, 65536, 42, 0, "RDMA_WRITE to a target blocked in read()");
 	tp_peek(&x->peer, 2 * big, &val, 8);
-	expect_eq((long long)val, 0x2022, "the counter", "CAS then FAA at a target in read()");
+	tp_expect_eq((long long)val, 0x2022, "the counter", "CAS then FAA at a target in read()");
 	tp_pair_stop(x);
 }
 
@@ -296,7 +274,7 @@ static void test_one_sided_while_target_blocked_in_read(void **state)
 static void send_sg(struct tp_pair *x, uint32_t seed, const struct tp_sge *s, int n,
 		    const struct tp_sge *r, int rn, const char *what)
 {
-	struct tp_wr w = wr1(seed, IBV_WR_SEND, 0, 0);
+	struct tp_wr w = tp_wr1(seed, IBV_WR_SEND, 0, 0);
 	uint32_t total = 0, at = 0;
 	struct ibv_wc wc;
 
@@ -349,7 +327,7 @@ static void test_scatter_gather_both_sides(void **state)
 	send_sg(x, 3, r, 5, exact, 3, "SEND 5 pieces (10001 bytes) into 3 of exactly that room");
 
 	/* RDMA WRITE gathers, RDMA READ scatters. */
-	w = wr1(10, IBV_WR_RDMA_WRITE, 0, 0);
+	w = tp_wr1(10, IBV_WR_RDMA_WRITE, 0, 0);
 	w.nsge = 4;
 	memcpy(w.sge, pieces, sizeof(pieces));
 	w.remote_addr = remote;
@@ -443,7 +421,7 @@ static void test_chain_stops_at_bad_wr(void **state)
 	assert_int_equal(ibv_query_qp(x->ep.qp[x->lq], &qa, IBV_QP_CAP, &qia), 0);
 	assert_true(qa.cap.max_send_sge < TP_MAX_SGE);
 	for (int i = 0; i < 4; i++) {
-		w[i] = wr1(i, IBV_WR_SEND, (uint32_t)i * 4096, 100);
+		w[i] = tp_wr1(i, IBV_WR_SEND, (uint32_t)i * 4096, 100);
 		tp_fill(x->ep.buf + i * 4096, 100, 600 + (uint32_t)i, 0);
 		assert_int_equal(tp_post_recv(&x->peer, x->pq, 10 + (uint64_t)i,
 					      &(struct tp_sge){ (uint32_t)i * 4096, 4096 }, 1),
@@ -464,7 +442,7 @@ static void test_chain_stops_at_bad_wr(void **state)
 	tp_expect_wc(x->ep.scq, 99, IBV_WC_SUCCESS, W, NULL);
 	for (int i = 0; i < 3; i++) {
 		tp_expect_peer_wc(&x->peer, false, 10 + (uint64_t)i, IBV_WC_SUCCESS, &wc);
-		expect_eq(wc.byte_len, 100, "byte_len", "chain with a bad WR");
+		tp_expect_eq(wc.byte_len, 100, "byte_len", "chain with a bad WR");
 	}
 	tp_check_peer(&x->peer, 0, 100, 600, 0, "WR 0 of the chain");
 	tp_check_peer(&x->peer, 4096, 100, 601, 0, "WR 1 of the chain");
@@ -495,24 +473,24 @@ static void test_chain_of_every_operation_completes_in_order(void **state)
 
 	tp_poke(&x->peer, ctr, &init, 8);
 	tp_fill_peer(&x->peer, 0x40000, 20000, 14, 0);
-	w[0] = wr1(0, IBV_WR_RDMA_WRITE, 0x1000, 3000);
+	w[0] = tp_wr1(0, IBV_WR_RDMA_WRITE, 0x1000, 3000);
 	w[0].remote_addr = x->pi.addr + 0x1000;
-	w[1] = wr1(1, IBV_WR_SEND, 0x2000, 5000);
-	w[2] = wr1(2, IBV_WR_RDMA_WRITE_WITH_IMM, 0x10000, 10000);
+	w[1] = tp_wr1(1, IBV_WR_SEND, 0x2000, 5000);
+	w[2] = tp_wr1(2, IBV_WR_RDMA_WRITE_WITH_IMM, 0x10000, 10000);
 	w[2].remote_addr = x->pi.addr + 0x10000;
 	w[2].imm = htonl(0x1234);
-	w[3] = wr1(3, IBV_WR_RDMA_READ, 0x40000, 20000);
+	w[3] = tp_wr1(3, IBV_WR_RDMA_READ, 0x40000, 20000);
 	w[3].remote_addr = x->pi.addr + 0x40000;
-	w[4] = wr1(4, IBV_WR_ATOMIC_FETCH_AND_ADD, 0x80000, 8);
+	w[4] = tp_wr1(4, IBV_WR_ATOMIC_FETCH_AND_ADD, 0x80000, 8);
 	w[4].remote_addr = x->pi.addr + ctr;
 	w[4].compare_add = 7;
-	w[5] = wr1(5, IBV_WR_ATOMIC_CMP_AND_SWP, 0x80008, 8);
+	w[5] = tp_wr1(5, IBV_WR_ATOMIC_CMP_AND_SWP, 0x80008, 8);
 	w[5].remote_addr = x->pi.addr + ctr;
 	w[5].compare_add = init + 7;
 	w[5].swap = 5;
-	w[6] = wr1(6, IBV_WR_SEND_WITH_IMM, 0x5000, 10);
+	w[6] = tp_wr1(6, IBV_WR_SEND_WITH_IMM, 0x5000, 10);
 	w[6].imm = htonl(0x5678);
-	w[7] = wr1(7, IBV_WR_RDMA_WRITE, 0x6000, 1);
+	w[7] = tp_wr1(7, IBV_WR_RDMA_WRITE, 0x6000, 1);
 	w[7].remote_addr = x->pi.addr + 0x90000;
 	for (int i = 0; i < 8; i++) {
 		w[i].rkey = x->pi.rkey;
@@ -529,20 +507,20 @@ static void test_chain_of_every_operation_completes_in_order(void **state)
 		char what[48];
 
 		snprintf(what, sizeof(what), "completion %d of the chain", i);
-		expect_eq((long long)wc[i].wr_id, i, "wr_id (posting order)", what);
-		expect_eq(wc[i].status, IBV_WC_SUCCESS, "status", what);
+		tp_expect_eq((long long)wc[i].wr_id, i, "wr_id (posting order)", what);
+		tp_expect_eq(wc[i].status, IBV_WC_SUCCESS, "status", what);
 		check_send_wc(x, &wc[i], op[i], what);
 	}
-	expect_eq(wc[3].byte_len, 20000, "byte_len", "RDMA_READ in the chain");
-	expect_eq(wc[4].byte_len, 8, "byte_len", "FETCH_ADD in the chain");
-	expect_eq(wc[5].byte_len, 8, "byte_len", "COMP_SWAP in the chain");
+	tp_expect_eq(wc[3].byte_len, 20000, "byte_len", "RDMA_READ in the chain");
+	tp_expect_eq(wc[4].byte_len, 8, "byte_len", "FETCH_ADD in the chain");
+	tp_expect_eq(wc[5].byte_len, 8, "byte_len", "COMP_SWAP in the chain");
 	assert_int_equal(tp_poll(&x->peer, false, 3, W, wc), 3);
-	expect_eq((long long)wc[0].wr_id, 1, "wr_id", "first receive");
+	tp_expect_eq((long long)wc[0].wr_id, 1, "wr_id", "first receive");
 	check_recv_wc(x, &wc[0], IBV_WC_RECV, 5000, false, 0, "the chain's SEND");
-	expect_eq((long long)wc[1].wr_id, 2, "wr_id", "second receive");
+	tp_expect_eq((long long)wc[1].wr_id, 2, "wr_id", "second receive");
 	check_recv_wc(x, &wc[1], IBV_WC_RECV_RDMA_WITH_IMM, 10000, true, htonl(0x1234),
 		      "the chain's RDMA_WRITE_WITH_IMM");
-	expect_eq((long long)wc[2].wr_id, 6, "wr_id", "third receive");
+	tp_expect_eq((long long)wc[2].wr_id, 6, "wr_id", "third receive");
 	check_recv_wc(x, &wc[2], IBV_WC_RECV, 10, true, htonl(0x5678), "the chain's SEND_WITH_IMM");
 	tp_check_peer(&x->peer, 0x1000, 3000, 10, 0, "the chain's RDMA_WRITE");
 	tp_check_peer(&x->peer, 0x20000, 5000, 11, 0, "the chain's SEND");
@@ -551,11 +529,11 @@ static void test_chain_of_every_operation_completes_in_order(void **state)
 	tp_check_peer(&x->peer, 0x30000, 10, 16, 0, "the chain's SEND_WITH_IMM");
 	tp_check_peer(&x->peer, 0x90000, 1, 17, 0, "the chain's 1-byte RDMA_WRITE");
 	memcpy(&v, x->ep.buf + 0x80000, 8);
-	expect_eq((long long)v, (long long)init, "original value", "the chain's FETCH_ADD");
+	tp_expect_eq((long long)v, (long long)init, "original value", "the chain's FETCH_ADD");
 	memcpy(&v, x->ep.buf + 0x80008, 8);
-	expect_eq((long long)v, (long long)init + 7, "original value", "the chain's COMP_SWAP");
+	tp_expect_eq((long long)v, (long long)init + 7, "original value", "the chain's COMP_SWAP");
 	tp_peek(&x->peer, ctr, &v, 8);
-	expect_eq((long long)v, 5, "the counter", "after the chain's FETCH_ADD and COMP_SWAP");
+	tp_expect_eq((long long)v, 5, "the counter", "after the chain's FETCH_ADD and COMP_SWAP");
 	tp_pair_stop(x);
 }
 
@@ -583,7 +561,7 @@ static void test_unsignaled_then_signaled(void **state)
 		for (uint32_t i = 0; i + 1 < depth; i++) {
 			uint32_t seed = round * 100 + i;
 
-			w = wr1(1000 + i, IBV_WR_RDMA_WRITE, i * 1024, 1000);
+			w = tp_wr1(1000 + i, IBV_WR_RDMA_WRITE, i * 1024, 1000);
 			w.send_flags = 0;
 			w.remote_addr = x->pi.addr + i * 1024;
 			w.rkey = x->pi.rkey;
@@ -594,7 +572,7 @@ static void test_unsignaled_then_signaled(void **state)
 		assert_int_equal(tp_post_recv(&x->peer, x->pq, round,
 					      &(struct tp_sge){ 0x100000, 64 }, 1),
 				 0);
-		w = wr1(round, IBV_WR_SEND, 0x100000, 64);
+		w = tp_wr1(round, IBV_WR_SEND, 0x100000, 64);
 		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 		tp_expect_wc(x->ep.scq, round, IBV_WC_SUCCESS, W, &wc);
 		tp_expect_no_wc(x->ep.scq, 20, what);
@@ -616,7 +594,7 @@ static void test_sq_sig_all(void **state)
 	tp_pair_open(x, BUF_LEN, &o, &rc_opts);
 	tp_pair_connect(x);
 	for (int i = 0; i < 3; i++) {
-		struct tp_wr w = wr1((uint64_t)i, IBV_WR_RDMA_WRITE, 0, 16);
+		struct tp_wr w = tp_wr1((uint64_t)i, IBV_WR_RDMA_WRITE, 0, 16);
 
 		w.send_flags = 0;
 		w.remote_addr = x->pi.addr;
@@ -625,8 +603,8 @@ static void test_sq_sig_all(void **state)
 	}
 	assert_int_equal(tu_poll(x->ep.scq, 3, wc, W), 3);
 	for (int i = 0; i < 3; i++) {
-		expect_eq((long long)wc[i].wr_id, i, "wr_id", "sq_sig_all, unsignaled WR");
-		expect_eq(wc[i].status, IBV_WC_SUCCESS, "status", "sq_sig_all, unsignaled WR");
+		tp_expect_eq((long long)wc[i].wr_id, i, "wr_id", "sq_sig_all, unsignaled WR");
+		tp_expect_eq(wc[i].status, IBV_WC_SUCCESS, "status", "sq_sig_all, unsignaled WR");
 	}
 	tp_pair_stop(x);
 }
@@ -638,7 +616,7 @@ static uint64_t atomic1(struct tp_pair *x, enum ibv_wr_opcode op, uint64_t off, 
 			uint64_t swap, const char *what)
 {
 	static uint64_t id;
-	struct tp_wr w = wr1(++id, op, 0x8000, 8);
+	struct tp_wr w = tp_wr1(++id, op, 0x8000, 8);
 	struct ibv_wc wc;
 	uint64_t v;
 
@@ -651,7 +629,7 @@ static uint64_t atomic1(struct tp_pair *x, enum ibv_wr_opcode op, uint64_t off, 
 	tp_expect_wc(x->ep.scq, id, IBV_WC_SUCCESS, W, &wc);
 	check_send_wc(x, &wc, op == IBV_WR_ATOMIC_CMP_AND_SWP ? IBV_WC_COMP_SWAP : IBV_WC_FETCH_ADD,
 		      what);
-	expect_eq(wc.byte_len, 8, "byte_len", what);
+	tp_expect_eq(wc.byte_len, 8, "byte_len", what);
 	memcpy(&v, x->ep.buf + 0x8000, 8);
 	return v;
 }
@@ -673,24 +651,24 @@ static void test_atomic_values(void **state)
 	tp_poke(&x->peer, off, &a, 8);
 	/* IBA 9.4.5: compare-and-swap returns the original value, swaps only on a match. */
 	v = atomic1(x, IBV_WR_ATOMIC_CMP_AND_SWP, off, a, 0x1111, "CAS that matches");
-	expect_eq((long long)v, (long long)a, "original value", "CAS that matches");
-	expect_eq((long long)peer_u64(x, off), 0x1111, "target", "CAS that matches");
+	tp_expect_eq((long long)v, (long long)a, "original value", "CAS that matches");
+	tp_expect_eq((long long)peer_u64(x, off), 0x1111, "target", "CAS that matches");
 	v = atomic1(x, IBV_WR_ATOMIC_CMP_AND_SWP, off, 0x2222, 0x3333, "CAS that misses");
-	expect_eq((long long)v, 0x1111, "original value", "CAS that misses");
-	expect_eq((long long)peer_u64(x, off), 0x1111, "target", "CAS that misses");
+	tp_expect_eq((long long)v, 0x1111, "original value", "CAS that misses");
+	tp_expect_eq((long long)peer_u64(x, off), 0x1111, "target", "CAS that misses");
 	/* Fetch-and-add returns the value before the add; 64-bit arithmetic wraps. */
 	v = atomic1(x, IBV_WR_ATOMIC_FETCH_AND_ADD, off, 5, 0, "FAA +5");
-	expect_eq((long long)v, 0x1111, "original value", "FAA +5");
+	tp_expect_eq((long long)v, 0x1111, "original value", "FAA +5");
 	v = atomic1(x, IBV_WR_ATOMIC_FETCH_AND_ADD, off, ~0ull, 0, "FAA -1");
-	expect_eq((long long)v, 0x1116, "original value", "FAA -1");
-	expect_eq((long long)peer_u64(x, off), 0x1115, "target", "FAA +5 then -1");
+	tp_expect_eq((long long)v, 0x1116, "original value", "FAA -1");
+	tp_expect_eq((long long)peer_u64(x, off), 0x1115, "target", "FAA +5 then -1");
 	tp_poke(&x->peer, off + 8, &max, 8);
 	v = atomic1(x, IBV_WR_ATOMIC_FETCH_AND_ADD, off + 8, 3, 0, "FAA across 2^64");
-	expect_eq((long long)v, (long long)max, "original value", "FAA across 2^64");
-	expect_eq((long long)peer_u64(x, off + 8), 1, "target", "FAA across 2^64");
+	tp_expect_eq((long long)v, (long long)max, "original value", "FAA across 2^64");
+	tp_expect_eq((long long)peer_u64(x, off + 8), 1, "target", "FAA across 2^64");
 	/* The neighbours of an 8-byte target are untouched. */
-	expect_eq((long long)peer_u64(x, off - 8), 0, "the word before", "atomics");
-	expect_eq((long long)peer_u64(x, off + 16), 0, "the word after", "atomics");
+	tp_expect_eq((long long)peer_u64(x, off - 8), 0, "the word before", "atomics");
+	tp_expect_eq((long long)peer_u64(x, off + 16), 0, "the word after", "atomics");
 	tp_pair_stop(x);
 }
 
@@ -755,12 +733,12 @@ static void test_atomics_from_two_processes_lose_nothing(void **state)
 	/* Both run at once; this process only waits on the agents' sockets. */
 	tp_faa_burst_start(&f->peer[0], 0, n, 1, li[0].addr, li[0].rkey, 16, 0);
 	tp_faa_burst_start(&f->peer[1], 0, n, 1ull << 32, li[1].addr, li[1].rkey, 16, 32);
-	expect_eq(tp_faa_burst_result(&f->peer[0], 20000), 0, "adds out of sequence",
+	tp_expect_eq(tp_faa_burst_result(&f->peer[0], 20000), 0, "adds out of sequence",
 		  "agent adding 1");
-	expect_eq(tp_faa_burst_result(&f->peer[1], 20000), 0, "adds out of sequence",
+	tp_expect_eq(tp_faa_burst_result(&f->peer[1], 20000), 0, "adds out of sequence",
 		  "agent adding 2^32");
 	memcpy(&v, f->ep.buf, 8);
-	expect_eq((long long)v, (long long)(n + ((uint64_t)n << 32)), "the counter",
+	tp_expect_eq((long long)v, (long long)(n + ((uint64_t)n << 32)), "the counter",
 		  "2 x 3000 fetch-and-adds from two processes");
 	for (int i = 0; i < 2; i++)
 		tp_stop(&f->peer[i]);
@@ -778,8 +756,8 @@ static void test_fence_orders_after_read_and_atomic(void **state)
 	/* READ, then a fenced WRITE over the same bytes: the READ sees the old ones. */
 	tp_fill_peer(&x->peer, 0, 4096, 30, 0);
 	tp_fill(x->ep.buf + 8192, 4096, 31, 0);
-	w[0] = wr1(0, IBV_WR_RDMA_READ, 0, 4096);
-	w[1] = wr1(1, IBV_WR_RDMA_WRITE, 8192, 4096);
+	w[0] = tp_wr1(0, IBV_WR_RDMA_READ, 0, 4096);
+	w[1] = tp_wr1(1, IBV_WR_RDMA_WRITE, 8192, 4096);
 	w[1].send_flags |= IBV_SEND_FENCE;
 	for (int i = 0; i < 2; i++) {
 		w[i].remote_addr = x->pi.addr;
@@ -793,9 +771,9 @@ static void test_fence_orders_after_read_and_atomic(void **state)
 
 	/* Fetch-and-add, then a fenced READ of the counter: the READ sees the sum. */
 	tp_poke(&x->peer, 0x10000, &ten, 8);
-	w[0] = wr1(2, IBV_WR_ATOMIC_FETCH_AND_ADD, 0x10000, 8);
+	w[0] = tp_wr1(2, IBV_WR_ATOMIC_FETCH_AND_ADD, 0x10000, 8);
 	w[0].compare_add = 5;
-	w[1] = wr1(3, IBV_WR_RDMA_READ, 0x10008, 8);
+	w[1] = tp_wr1(3, IBV_WR_RDMA_READ, 0x10008, 8);
 	w[1].send_flags |= IBV_SEND_FENCE;
 	for (int i = 0; i < 2; i++) {
 		w[i].remote_addr = x->pi.addr + 0x10000;
@@ -805,7 +783,7 @@ static void test_fence_orders_after_read_and_atomic(void **state)
 	tp_expect_wc(x->ep.scq, 2, IBV_WC_SUCCESS, W, NULL);
 	tp_expect_wc(x->ep.scq, 3, IBV_WC_SUCCESS, W, NULL);
 	memcpy(&v, x->ep.buf + 0x10008, 8);
-	expect_eq((long long)v, 15, "value read", "fenced READ after FAA +5 of 10");
+	tp_expect_eq((long long)v, 15, "value read", "fenced READ after FAA +5 of 10");
 	tp_pair_stop(x);
 }
 
@@ -824,14 +802,14 @@ static void test_solicited_only_event(void **state)
 				 0);
 	assert_int_equal(tp_arm_recv_cq(&x->peer, true), 0);
 
-	w = wr1(0, IBV_WR_SEND, 0, 32);
+	w = tp_wr1(0, IBV_WR_SEND, 0, 32);
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	tp_expect_wc(x->ep.scq, 0, IBV_WC_SUCCESS, W, NULL);
 	tp_expect_peer_wc(&x->peer, false, 0, IBV_WC_SUCCESS, NULL);
 	/* The completion is there; an event it raised would be too. */
 	assert_false(tp_cq_event_pending(&x->peer));
 
-	w = wr1(1, IBV_WR_SEND_WITH_IMM, 0, 32);
+	w = tp_wr1(1, IBV_WR_SEND_WITH_IMM, 0, 32);
 	w.send_flags |= IBV_SEND_SOLICITED;
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	if (!tp_wait_cq_event(&x->peer, W))
@@ -848,7 +826,7 @@ static void test_solicited_only_event(void **state)
 
 	/* Armed for any completion: an unsolicited one raises the event. */
 	assert_int_equal(tp_arm_recv_cq(&x->peer, false), 0);
-	w = wr1(3, IBV_WR_SEND, 0, 32);
+	w = tp_wr1(3, IBV_WR_SEND, 0, 32);
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	if (!tp_wait_cq_event(&x->peer, W))
 		fail_msg("no CQ event within %d ms for a SEND on a CQ armed for any", W);
@@ -900,7 +878,7 @@ static void test_srq_receives_and_limit_event(void **state)
 	assert_int_equal(tp_srq_limit(&x->peer), 4);
 	for (uint32_t k = 0; k < 5; k++) {
 		int q = k % 2 ? lq2 : x->lq;
-		struct tp_wr w = wr1(k, IBV_WR_SEND, k * 256, 100);
+		struct tp_wr w = tp_wr1(k, IBV_WR_SEND, k * 256, 100);
 		struct ibv_wc wc;
 		char what[48];
 
@@ -910,11 +888,11 @@ static void test_srq_receives_and_limit_event(void **state)
 		tp_expect_wc(x->ep.scq, k, IBV_WC_SUCCESS, W, NULL);
 		if (tp_poll(&x->peer, false, 1, W, &wc) != 1)
 			fail_msg("%s: no receive completion", what);
-		expect_eq(wc.status, IBV_WC_SUCCESS, "status", what);
+		tp_expect_eq(wc.status, IBV_WC_SUCCESS, "status", what);
 		assert_true(wc.wr_id < 8 && !used[wc.wr_id]);
 		used[wc.wr_id] = true;
-		expect_eq(wc.qp_num, qpn_of[k % 2], "qp_num", what);
-		expect_eq(wc.byte_len, 100, "byte_len", what);
+		tp_expect_eq(wc.qp_num, qpn_of[k % 2], "qp_num", what);
+		tp_expect_eq(wc.byte_len, 100, "byte_len", what);
 		tp_check_peer(&x->peer, (uint32_t)wc.wr_id * 256, 100, 800 + k, 0, what);
 		if (k < 4) {
 			/* 8 - (k + 1) >= 4 receives left: not below the limit. */
@@ -938,7 +916,7 @@ static void test_rnr_waits_then_succeeds(void **state)
 	const uint32_t lens[] = { 100, 65536 };
 
 	for (unsigned int k = 0; k < ARRAY_LEN(lens); k++) {
-		struct tp_wr w = wr1(k, IBV_WR_SEND, 0, lens[k]);
+		struct tp_wr w = tp_wr1(k, IBV_WR_SEND, 0, lens[k]);
 		struct ibv_wc wc;
 		char what[64];
 
@@ -953,7 +931,7 @@ static void test_rnr_waits_then_succeeds(void **state)
 		tp_expect_peer_wc(&x->peer, false, k, IBV_WC_SUCCESS, &wc);
 		check_recv_wc(x, &wc, IBV_WC_RECV, lens[k], false, 0, what);
 		tp_check_peer(&x->peer, 0, lens[k], 900 + k, 0, what);
-		expect_eq(tu_query_state(x->ep.qp[x->lq]), IBV_QPS_RTS, "state", what);
+		tp_expect_eq(tu_query_state(x->ep.qp[x->lq]), IBV_QPS_RTS, "state", what);
 	}
 	tp_pair_stop(x);
 }
@@ -971,8 +949,8 @@ static void test_rnr_retries_exhausted(void **state)
 	x->lc.rnr_retry = 0;
 	x->pc.min_rnr_timer = 1; /* 0.01 ms */
 	tp_pair_connect(x);
-	w[0] = wr1(0, IBV_WR_SEND, 0, 100);
-	w[1] = wr1(1, IBV_WR_RDMA_WRITE, 0, 100);
+	w[0] = tp_wr1(0, IBV_WR_SEND, 0, 100);
+	w[1] = tp_wr1(1, IBV_WR_RDMA_WRITE, 0, 100);
 	w[1].send_flags = 0;
 	w[1].remote_addr = x->pi.addr;
 	w[1].rkey = x->pi.rkey;
@@ -987,7 +965,7 @@ static void test_rnr_retries_exhausted(void **state)
 		fail_msg("the responder received the SEND whose requester gave up on it "
 			 "(IBV_WC_RNR_RETRY_EXC_ERR): wr_id %llu status %s byte_len %u",
 			 (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), wc.byte_len);
-	expect_eq(tp_state(&x->peer, x->pq), IBV_QPS_RTS, "responder's state",
+	tp_expect_eq(tp_state(&x->peer, x->pq), IBV_QPS_RTS, "responder's state",
 		  "after the requester's RNR retries ran out");
 	tp_pair_stop(x);
 }
@@ -997,7 +975,7 @@ static void test_rnr_retries_exhausted(void **state)
 static void test_rnr_retry_count_and_timer(void **state)
 {
 	struct tp_pair *x = *state;
-	struct tp_wr w = wr1(0, IBV_WR_SEND, 0, 100);
+	struct tp_wr w = tp_wr1(0, IBV_WR_SEND, 0, 100);
 	long long t0, dt;
 
 	tp_pair_open(x, BUF_LEN, &rc_opts, NULL);

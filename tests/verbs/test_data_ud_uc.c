@@ -33,13 +33,6 @@
 static const struct tp_qp_opts ud_opts = { .type = IBV_QPT_UD };
 static const struct tp_qp_opts uc_opts = { .type = IBV_QPT_UC };
 
-static void expect_eq(long long got, long long want, const char *field, const char *what)
-{
-	if (got != want)
-		fail_msg("%s: %s is %lld (0x%llx), expected %lld (0x%llx)", what, field, got,
-			 (unsigned long long)got, want, (unsigned long long)want);
-}
-
 static void expect_gid(const union ibv_gid *got, const union ibv_gid *want, const char *field,
 		       const char *what)
 {
@@ -52,25 +45,11 @@ static void expect_gid(const union ibv_gid *got, const union ibv_gid *want, cons
 	fail_msg("%s: %s is %s, expected %s", what, field, g, w);
 }
 
-static struct tp_wr wr1(uint64_t id, enum ibv_wr_opcode op, uint32_t off, uint32_t len)
-{
-	struct tp_wr w;
-
-	memset(&w, 0, sizeof(w));
-	w.wr_id = id;
-	w.opcode = op;
-	w.send_flags = IBV_SEND_SIGNALED;
-	w.nsge = len ? 1 : 0;
-	w.sge[0].off = off;
-	w.sge[0].len = len;
-	return w;
-}
-
 /* A datagram to the agent's QP: global AH from our GID @sgid_index to @dgid. */
 static struct tp_wr dgram(const struct tp_pair *x, uint64_t id, uint32_t off, uint32_t len,
 			  uint8_t sgid_index, const union ibv_gid *dgid, uint32_t qkey)
 {
-	struct tp_wr w = wr1(id, IBV_WR_SEND, off, len);
+	struct tp_wr w = tp_wr1(id, IBV_WR_SEND, off, len);
 
 	w.ah.is_global = 1;
 	w.ah.grh.dgid = *dgid;
@@ -123,12 +102,12 @@ static void check_ud_recv(struct tp_pair *x, uint64_t id, uint32_t len, uint32_t
 	struct ibv_grh grh;
 
 	tp_expect_peer_wc(&x->peer, false, id, IBV_WC_SUCCESS, &wc);
-	expect_eq(wc.opcode, IBV_WC_RECV, "opcode", what);
-	expect_eq(wc.byte_len, len + GRH, "byte_len (message + 40-byte GRH)", what);
-	expect_eq(!!(wc.wc_flags & IBV_WC_GRH), 1, "IBV_WC_GRH", what);
-	expect_eq(wc.src_qp, x->li.qpn, "src_qp", what);
-	expect_eq(wc.qp_num, x->pi.qpn, "qp_num", what);
-	expect_eq(wc.slid, x->li.lid, "slid", what);
+	tp_expect_eq(wc.opcode, IBV_WC_RECV, "opcode", what);
+	tp_expect_eq(wc.byte_len, len + GRH, "byte_len (message + 40-byte GRH)", what);
+	tp_expect_eq(!!(wc.wc_flags & IBV_WC_GRH), 1, "IBV_WC_GRH", what);
+	tp_expect_eq(wc.src_qp, x->li.qpn, "src_qp", what);
+	tp_expect_eq(wc.qp_num, x->pi.qpn, "qp_num", what);
+	tp_expect_eq(wc.slid, x->li.lid, "slid", what);
 	if (sgid) {
 		tp_peek(&x->peer, roff, &grh, sizeof(grh));
 		expect_gid(&grh.sgid, sgid, "the GRH's SGID", what);
@@ -204,7 +183,7 @@ static void test_ud_reply_with_ah_from_wc(void **state)
 	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
 	tp_expect_peer_wc(&x->peer, true, 1, IBV_WC_SUCCESS, NULL);
 	tp_expect_wc(x->ep.rcq, 7, IBV_WC_SUCCESS, W, &wc);
-	expect_eq(wc.src_qp, x->pi.qpn, "src_qp", "datagram from the agent");
+	tp_expect_eq(wc.src_qp, x->pi.qpn, "src_qp", "datagram from the agent");
 	memset(&ah, 0, sizeof(ah));
 	assert_int_equal(ibv_init_ah_from_wc(x->ep.res->ctx, 1, &wc,
 					     (struct ibv_grh *)(x->ep.buf + 8192), &ah), 0);
@@ -319,7 +298,7 @@ static void test_ud_larger_than_mtu(void **state)
 	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
 	tp_expect_peer_wc(&x->peer, true, 2, IBV_WC_SUCCESS, NULL);
 	tp_expect_wc(x->ep.rcq, 9, IBV_WC_SUCCESS, W, &wc);
-	expect_eq(wc.byte_len, 50 + GRH, "byte_len", "datagram to a UD QP in SQE");
+	tp_expect_eq(wc.byte_len, 50 + GRH, "byte_len", "datagram to a UD QP in SQE");
 	tp_pair_stop(x);
 }
 
@@ -331,13 +310,13 @@ static void check_uc_recv(struct tp_pair *x, uint64_t id, enum ibv_wc_opcode op,
 	struct ibv_wc wc;
 
 	tp_expect_peer_wc(&x->peer, false, id, IBV_WC_SUCCESS, &wc);
-	expect_eq(wc.opcode, op, "opcode", what);
-	expect_eq(wc.byte_len, len, "byte_len", what);
-	expect_eq(!!(wc.wc_flags & IBV_WC_WITH_IMM), imm, "IBV_WC_WITH_IMM", what);
+	tp_expect_eq(wc.opcode, op, "opcode", what);
+	tp_expect_eq(wc.byte_len, len, "byte_len", what);
+	tp_expect_eq(!!(wc.wc_flags & IBV_WC_WITH_IMM), imm, "IBV_WC_WITH_IMM", what);
 	if (imm)
-		expect_eq(wc.imm_data, imm_data, "imm_data", what);
-	expect_eq(wc.qp_num, x->pi.qpn, "qp_num", what);
-	expect_eq(wc.src_qp, x->li.qpn, "src_qp", what);
+		tp_expect_eq(wc.imm_data, imm_data, "imm_data", what);
+	tp_expect_eq(wc.qp_num, x->pi.qpn, "qp_num", what);
+	tp_expect_eq(wc.src_qp, x->li.qpn, "src_qp", what);
 }
 
 static void test_uc_send_write_write_imm(void **state)
@@ -346,7 +325,7 @@ static void test_uc_send_write_write_imm(void **state)
 	const uint32_t lens[] = { 0, 1, 8192, 8193, 65536 };
 
 	for (unsigned int k = 0; k < ARRAY_LEN(lens); k++) {
-		struct tp_wr w = wr1(k, k % 2 ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND, 0, lens[k]);
+		struct tp_wr w = tp_wr1(k, k % 2 ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND, 0, lens[k]);
 		char what[64];
 
 		snprintf(what, sizeof(what), "UC SEND of %u bytes", lens[k]);
@@ -363,8 +342,8 @@ static void test_uc_send_write_write_imm(void **state)
 	 * WRITE is checked once the WRITE_WITH_IMM after it arrived (one QP's messages are
 	 * placed in order). */
 	for (unsigned int k = 0; k < ARRAY_LEN(lens); k++) {
-		struct tp_wr w[2] = { wr1(10 + k, IBV_WR_RDMA_WRITE, 0, lens[k]),
-				      wr1(20 + k, IBV_WR_RDMA_WRITE_WITH_IMM, 65536, lens[k]) };
+		struct tp_wr w[2] = { tp_wr1(10 + k, IBV_WR_RDMA_WRITE, 0, lens[k]),
+				      tp_wr1(20 + k, IBV_WR_RDMA_WRITE_WITH_IMM, 65536, lens[k]) };
 		struct ibv_wc wc;
 		char what[64], what_imm[64];
 
@@ -379,9 +358,9 @@ static void test_uc_send_write_write_imm(void **state)
 		assert_int_equal(tp_post_recv(&x->peer, x->pq, 20 + k, NULL, 0), 0);
 		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, w, 2, NULL), 0);
 		tp_expect_wc(x->ep.scq, 10 + k, IBV_WC_SUCCESS, W, &wc);
-		expect_eq(wc.opcode, IBV_WC_RDMA_WRITE, "opcode", what);
+		tp_expect_eq(wc.opcode, IBV_WC_RDMA_WRITE, "opcode", what);
 		tp_expect_wc(x->ep.scq, 20 + k, IBV_WC_SUCCESS, W, &wc);
-		expect_eq(wc.opcode, IBV_WC_RDMA_WRITE, "opcode", what_imm);
+		tp_expect_eq(wc.opcode, IBV_WC_RDMA_WRITE, "opcode", what_imm);
 		check_uc_recv(x, 20 + k, IBV_WC_RECV_RDMA_WITH_IMM, lens[k], true, w[1].imm, what_imm);
 		tp_check_peer(&x->peer, 200000, lens[k], 40 + k, 0, what_imm);
 		tp_check_peer(&x->peer, 100000, lens[k], 30 + k, 0, what);
@@ -397,7 +376,7 @@ static void test_uc_send_buffer_reusable_after_completion(void **state)
 	const uint32_t lens[] = { 4096, 65536 };
 
 	for (unsigned int k = 0; k < ARRAY_LEN(lens); k++) {
-		struct tp_wr w = wr1(k, IBV_WR_SEND, 0, lens[k]);
+		struct tp_wr w = tp_wr1(k, IBV_WR_SEND, 0, lens[k]);
 		char what[80];
 
 		snprintf(what, sizeof(what), "UC SEND of %u bytes, buffer rewritten after its "
@@ -419,7 +398,7 @@ static void test_uc_send_buffer_reusable_after_completion(void **state)
 static void test_uc_write_with_bad_rkey_is_dropped(void **state)
 {
 	struct tp_pair *x = pair_of(state, &uc_opts);
-	struct tp_wr w = wr1(1, IBV_WR_RDMA_WRITE, 0, 100);
+	struct tp_wr w = tp_wr1(1, IBV_WR_RDMA_WRITE, 0, 100);
 
 	tp_fill_peer(&x->peer, 0, 100, 60, 0);
 	tp_fill(x->ep.buf, 100, 61, 0);
@@ -429,16 +408,16 @@ static void test_uc_write_with_bad_rkey_is_dropped(void **state)
 	tp_expect_wc(x->ep.scq, 1, IBV_WC_SUCCESS, W, NULL);
 	/* Both still move data: a SEND after it arrives (and, placed in order, shows that
 	 * the WRITE was handled before it). */
-	w = wr1(2, IBV_WR_SEND, 0, 100);
+	w = tp_wr1(2, IBV_WR_SEND, 0, 100);
 	assert_int_equal(tp_post_recv(&x->peer, x->pq, 2, &(struct tp_sge){ 4096, 4096 }, 1), 0);
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	tp_expect_wc(x->ep.scq, 2, IBV_WC_SUCCESS, W, NULL);
 	check_uc_recv(x, 2, IBV_WC_RECV, 100, false, 0, "UC SEND after a dropped WRITE");
 	tp_check_peer(&x->peer, 4096, 100, 61, 0, "UC SEND after a dropped WRITE");
 	tp_check_peer(&x->peer, 0, 100, 60, 0, "target of a UC WRITE with a bad rkey");
-	expect_eq(tp_state(&x->peer, x->pq), IBV_QPS_RTS, "responder's state",
+	tp_expect_eq(tp_state(&x->peer, x->pq), IBV_QPS_RTS, "responder's state",
 		  "after a UC WRITE with a bad rkey");
-	expect_eq(tu_query_state(x->ep.qp[x->lq]), IBV_QPS_RTS, "requester's state",
+	tp_expect_eq(tu_query_state(x->ep.qp[x->lq]), IBV_QPS_RTS, "requester's state",
 		  "after a UC WRITE with a bad rkey");
 	tp_pair_stop(x);
 }
@@ -448,7 +427,7 @@ static void test_uc_write_with_bad_rkey_is_dropped(void **state)
 static void test_uc_send_error_goes_to_sqe(void **state)
 {
 	struct tp_pair *x = pair_of(state, &uc_opts);
-	struct tp_wr w[2] = { wr1(1, IBV_WR_SEND, 0, 100), wr1(2, IBV_WR_SEND, 0, 100) };
+	struct tp_wr w[2] = { tp_wr1(1, IBV_WR_SEND, 0, 100), tp_wr1(2, IBV_WR_SEND, 0, 100) };
 	enum ibv_qp_state s;
 
 	w[0].lkey_xor = 0x00100000;
@@ -461,7 +440,7 @@ static void test_uc_send_error_goes_to_sqe(void **state)
 		fail_msg("a UC QP whose send failed is in %s, expected SQE (IBA 10.3.1)",
 			 state_str(s));
 	tp_expect_no_wc(x->ep.rcq, 0, "receive queue of a UC QP in SQE");
-	w[0] = wr1(3, IBV_WR_SEND, 0, 64);
+	w[0] = tp_wr1(3, IBV_WR_SEND, 0, 64);
 	assert_int_equal(tp_post_send(&x->peer, x->pq, w, 1, NULL), 0);
 	tp_expect_peer_wc(&x->peer, true, 3, IBV_WC_SUCCESS, NULL);
 	tp_expect_wc(x->ep.rcq, 9, IBV_WC_SUCCESS, W, NULL);
