@@ -5,8 +5,9 @@
  * What is asserted (rdma-core ibv_post_send(3), ibv_poll_cq(3), ibv_req_notify_cq(3),
  * ibv_modify_srq(3); IBA vol 1 ch. 9-11):
  * - SEND, SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ of 0, 1, 4095,
- *   4096, 8192, 8193, 64 KiB and 1 MiB (the shm wire copies up to 8 KiB through the ring
- *   and lets the responder pull larger SENDs) place exactly those bytes, nothing around
+ *   4096, 8192, 8193, 32768, 32769, 64 KiB and 1 MiB (the shm wire copies SENDs up to
+ *   32 KiB through the ring and lets the responder pull larger ones; the bounce copy moves
+ *   data in 8 KiB pieces) place exactly those bytes, nothing around
  *   them, and complete with every field of the work completion right: wr_id, status,
  *   opcode, byte_len (receives; RDMA READ and atomics at the requester), imm_data and
  *   IBV_WC_WITH_IMM, qp_num, src_qp, slid.
@@ -38,8 +39,9 @@
 #define BUF_LEN (4u << 20)
 #define W TP_WAIT_MS
 
-/* 8192 is the largest SEND carried in the ring, 8193 the smallest pulled. */
-static const uint32_t sizes[] = { 0, 1, 4095, 4096, 8192, 8193, 65536, 1u << 20 };
+/* 32768 is the largest SEND carried in the ring, 32769 the smallest pulled; 8192/8193
+ * straddle one bounce-copy piece. */
+static const uint32_t sizes[] = { 0, 1, 4095, 4096, 8192, 8193, 32768, 32769, 65536, 1u << 20 };
 
 static const struct tp_qp_opts rc_opts = { .type = IBV_QPT_RC };
 
