@@ -73,7 +73,7 @@ static int cqx_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 		return EINVAL;
 	sv_cq_progress(cq);
 	sv_engine_note_poll();
-	pthread_spin_lock(&cq->lock);
+	sv_spin_lock(&cq->lock);
 	if (cq->tail == cq->head) {
 		pthread_spin_unlock(&cq->lock);
 		return ENOENT;

@@ -131,7 +131,7 @@ int sv_verbs_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_s
 	bool connect;
 	int err = 0;
 
-	pthread_spin_lock(&qp->sq.lock);
+	sv_spin_lock(&qp->sq.lock);
 	if (!sq_open(qp->attr.qp_state))
 		err = EINVAL;
 	for (; wr && !err; wr = err ? wr : wr->next)
@@ -179,7 +179,7 @@ int sv_verbs_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_r
 	struct sv_qp *qp = to_svqp(ibqp);
 	int err = 0;
 
-	pthread_spin_lock(&qp->rq.lock);
+	sv_spin_lock(&qp->rq.lock);
 	/* A QP on an SRQ has no receive queue of its own; none exists before INIT. */
 	if (qp->srq || qp->attr.qp_state == IBV_QPS_RESET)
 		err = EINVAL;
@@ -203,7 +203,7 @@ int sv_verbs_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 	struct sv_srq *srq = to_svsrq(ibsrq);
 	int err = 0;
 
-	pthread_spin_lock(&srq->rq.lock);
+	sv_spin_lock(&srq->rq.lock);
 	for (; wr && !err; wr = err ? wr : wr->next) {
 		err = check_recv_wr(&srq->rq, wr);
 		if (!err)
@@ -261,7 +261,7 @@ static void wr_start(struct ibv_qp_ex *qpx)
 {
 	struct sv_qp *qp = to_svqp_ex(qpx);
 
-	pthread_spin_lock(&qp->sq.lock);
+	sv_spin_lock(&qp->sq.lock);
 	qp->wr_pending = 0;
 	qp->wr_err = 0;
 	qp->wr_cur = NULL;

@@ -74,7 +74,7 @@ int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
 	if (!ibsrq || !attr || (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)))
 		return EINVAL;
 	srq = to_svsrq(ibsrq);
-	pthread_spin_lock(&srq->rq.lock);
+	sv_spin_lock(&srq->rq.lock);
 	/* Resizing is not offered (the device does not report IBV_DEVICE_SRQ_RESIZE). */
 	if (mask & IBV_SRQ_MAX_WR)
 		err = EINVAL;
@@ -93,7 +93,7 @@ int ibv_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
 	if (!ibsrq || !attr)
 		return EINVAL;
 	srq = to_svsrq(ibsrq);
-	pthread_spin_lock(&srq->rq.lock);
+	sv_spin_lock(&srq->rq.lock);
 	attr->max_wr = srq->rq.max_wr;
 	attr->max_sge = srq->rq.max_sge;
 	attr->srq_limit = srq->srq_limit;

@@ -49,7 +49,7 @@ int sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 	bool overrun = false;
 	struct sv_cqe *e;
 
-	pthread_spin_lock(&cq->lock);
+	sv_spin_lock(&cq->lock);
 	if (cq->head - cq->tail >= cq->cqe) {
 		overrun = !cq->overflowed;
 		cq->overflowed = 1;
@@ -79,7 +79,7 @@ int sv_cq_poll(struct sv_cq *cq, int n, struct ibv_wc *wc)
 {
 	int i = 0;
 
-	pthread_spin_lock(&cq->lock);
+	sv_spin_lock(&cq->lock);
 	for (; i < n && cq->tail != cq->head; i++, cq->tail++)
 		wc[i] = cq->ring[cq->tail & (cq->size - 1)].wc;
 	pthread_spin_unlock(&cq->lock);
@@ -88,7 +88,7 @@ int sv_cq_poll(struct sv_cq *cq, int n, struct ibv_wc *wc)
 
 void sv_cq_arm(struct sv_cq *cq, int solicited_only)
 {
-	pthread_spin_lock(&cq->lock);
+	sv_spin_lock(&cq->lock);
 	/* An arm for any completion is not narrowed by a later solicited-only arm. */
 	if (cq->armed != 1)
 		cq->armed = solicited_only ? 2 : 1;
@@ -99,7 +99,7 @@ void sv_cq_clean(struct sv_cq *cq, uint32_t qp_num)
 {
 	uint32_t keep;
 
-	pthread_spin_lock(&cq->lock);
+	sv_spin_lock(&cq->lock);
 	keep = cq->tail;
 	for (uint32_t i = cq->tail; i != cq->head; i++) {
 		struct sv_cqe *e = &cq->ring[i & (cq->size - 1)];
@@ -122,7 +122,7 @@ int sv_cq_resize(struct sv_cq *cq, uint32_t cqe)
 
 	if (!ring)
 		return -ENOMEM;
-	pthread_spin_lock(&cq->lock);
+	sv_spin_lock(&cq->lock);
 	n = cq->head - cq->tail;
 	if (n > cqe) {
 		pthread_spin_unlock(&cq->lock);

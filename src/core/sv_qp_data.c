@@ -51,7 +51,7 @@ static void drop_peers(struct sv_qp *qp)
 	struct sv_ud_dests *d;
 
 	sv_rx_lock(qp);
-	pthread_spin_lock(&qp->sq.lock);
+	sv_spin_lock(&qp->sq.lock);
 	peer = qp->peer;
 	qp->peer = NULL;
 	sv_set_hint(qp->connect_pending, false);
@@ -152,8 +152,8 @@ void sv_qp_flush_rq_locked(struct sv_qp *qp)
 
 void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state)
 {
-	pthread_spin_lock(&qp->sq.lock);
-	pthread_spin_lock(&qp->rq.lock);
+	sv_spin_lock(&qp->sq.lock);
+	sv_spin_lock(&qp->rq.lock);
 	qp->attr.qp_state = state;
 	qp->ibv.qp_base.state = state;
 	pthread_spin_unlock(&qp->rq.lock);
@@ -163,7 +163,7 @@ void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state)
 
 static void qp_drain(struct sv_qp *qp)
 {
-	pthread_spin_lock(&qp->sq.lock);
+	sv_spin_lock(&qp->sq.lock);
 	sv_wq_reset(&qp->sq);
 	qp->sq_next = 0;
 	qp->tx_off = 0;
@@ -174,7 +174,7 @@ static void qp_drain(struct sv_qp *qp)
 	sv_set_hint(qp->rnr_deadline, 0);
 	sv_set_hint(qp->tx_blocked, false);
 	pthread_spin_unlock(&qp->sq.lock);
-	pthread_spin_lock(&qp->rq.lock);
+	sv_spin_lock(&qp->rq.lock);
 	sv_wq_reset(&qp->rq);
 	pthread_spin_unlock(&qp->rq.lock);
 	sv_cq_clean(qp->scq, qp->ibv.qp_base.qp_num);
@@ -207,7 +207,7 @@ static void qp_connect(struct sv_qp *qp)
 
 	err = sv_engine_connect(qp, qp->attr.dest_qp_num, &peer);
 	sv_rx_lock(qp);
-	pthread_spin_lock(&qp->sq.lock);
+	sv_spin_lock(&qp->sq.lock);
 	if (!err) {
 		qp->peer = peer;
 		sv_set_hint(qp->connect_pending, false);
@@ -241,10 +241,10 @@ void sv_qp_data_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state
 			qp_connect(qp);
 		break;
 	case IBV_QPS_ERR:
-		pthread_spin_lock(&qp->sq.lock);
+		sv_spin_lock(&qp->sq.lock);
 		sv_qp_flush_sq_locked(qp);
 		pthread_spin_unlock(&qp->sq.lock);
-		pthread_spin_lock(&qp->rq.lock);
+		sv_spin_lock(&qp->rq.lock);
 		sv_qp_flush_rq_locked(qp);
 		pthread_spin_unlock(&qp->rq.lock);
 		/* The peer learns from our goodbye; its outstanding work then fails. */
@@ -280,7 +280,7 @@ void sv_qp_settle(struct sv_qp *qp)
 		/* Only the send queue stops; receives go on. SQE -> RTS recovers. */
 		if (cur == IBV_QPS_RTS || cur == IBV_QPS_SQD) {
 			sv_qp_set_state(qp, IBV_QPS_SQE);
-			pthread_spin_lock(&qp->sq.lock);
+			sv_spin_lock(&qp->sq.lock);
 			sv_qp_flush_sq_locked(qp);
 			pthread_spin_unlock(&qp->sq.lock);
 		}
@@ -407,7 +407,7 @@ int sv_cq_attach_qp(struct sv_cq *cq, struct sv_qp *qp)
 {
 	int err = 0;
 
-	pthread_spin_lock(&cq->qps_lock);
+	sv_spin_lock(&cq->qps_lock);
 	if (cq->n_qps == cq->cap_qps) {
 		int cap = cq->cap_qps ? 2 * cq->cap_qps : 4;
 		struct sv_qp **q = realloc(cq->qps, (size_t)cap * sizeof(*q));
@@ -427,7 +427,7 @@ int sv_cq_attach_qp(struct sv_cq *cq, struct sv_qp *qp)
 
 void sv_cq_detach_qp(struct sv_cq *cq, struct sv_qp *qp)
 {
-	pthread_spin_lock(&cq->qps_lock);
+	sv_spin_lock(&cq->qps_lock);
 	for (int i = 0; i < cq->n_qps; i++) {
 		if (cq->qps[i] == qp) {
 			cq->qps[i] = cq->qps[--cq->n_qps];
@@ -442,7 +442,7 @@ void sv_cq_progress(struct sv_cq *cq)
 	struct sv_qp *pinned[16];
 	int n = 0;
 
-	pthread_spin_lock(&cq->qps_lock);
+	sv_spin_lock(&cq->qps_lock);
 	for (int i = 0; i < cq->n_qps && n < 16; i++) {
 		pinned[n] = cq->qps[i];
 		atomic_fetch_add_explicit(&pinned[n]->eng_ref, 1, memory_order_relaxed);

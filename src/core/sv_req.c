@@ -182,7 +182,7 @@ void sv_qp_tx_connect(struct sv_qp *qp)
 	uint32_t qpn;
 	int err;
 
-	pthread_spin_lock(&qp->sq.lock);
+	sv_spin_lock(&qp->sq.lock);
 	qpn = qp->want_qpn;
 	if (!qp->want_connect) {
 		pthread_spin_unlock(&qp->sq.lock);
@@ -192,7 +192,7 @@ void sv_qp_tx_connect(struct sv_qp *qp)
 	err = sv_engine_connect(qp, qpn, &peer);
 	/* qp->peer changes under both rx_busy and sq.lock (the responder reads it). */
 	sv_rx_lock(qp);
-	pthread_spin_lock(&qp->sq.lock);
+	sv_spin_lock(&qp->sq.lock);
 	/* Still wanted? (a reset in between forgets the wish) */
 	if (qp->want_connect && qp->want_qpn == qpn) {
 		qp->want_connect = false;
@@ -828,7 +828,7 @@ void sv_req_answer(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 {
 	struct sv_send_wqe *w;
 
-	pthread_spin_lock(&qp->sq.lock);
+	sv_spin_lock(&qp->sq.lock);
 	switch (m->op) {
 	case SHM_OP_ACK:
 		acked_upto(qp, m->msn);

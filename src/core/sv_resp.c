@@ -30,7 +30,7 @@ static bool take_recv(struct sv_qp *qp, struct sv_recv *out)
 	struct sv_wq *wq = qp->srq ? &qp->srq->rq : &qp->rq;
 	bool limit = false, got = false;
 
-	pthread_spin_lock(&wq->lock);
+	sv_spin_lock(&wq->lock);
 	if (wq->tail != wq->head) {
 		struct sv_recv_wqe *w = sv_wq_slot(wq, wq->tail++);
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "core/sv_device.h"
+#include "util/sv_lock.h"
 
 /* The remote end of a UD send, copied from the AH so the AH may go away after posting. */
 struct sv_ud_dest {
