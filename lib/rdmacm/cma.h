@@ -1,0 +1,174 @@
+/*
+ * Internal to librdmacm.so.1: connection identifiers, event channels and the CM thread.
+ *
+ * Every rdma_cm_id is the first member of a struct cma_id; every rdma_event_channel the
+ * first member of a struct cma_channel. One mutex (cma_lock) guards all ids, channels
+ * and their event queues: CM calls are rare and short, and one lock keeps the state
+ * machine readable. Lock order: cma_lock, then anything in libibverbs.
+ *
+ * The connection is a TCP connection from the active id to the listener's address and
+ * port. It opens with the MPA request and reply (RFC 5044 §7.1, src/wire/iwarp/iw_mpa.h)
+ * carrying the user's private data followed by a softverbs trailer (struct cma_info:
+ * QPN, PSN, Q_Key, RDMA depths); QPs then carry their data over the shm wire, and the
+ * TCP connection stays open as the disconnect and liveness signal.
+ */
+#ifndef CMA_H
+#define CMA_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+
+#include "util/sv_log.h"
+
+/* Private data limits, those of IB CM messages on a RoCE port less the rdma_cm header
+ * (rdma-core: kernel cma.c / ib_cm.h). */
+enum {
+	CMA_PD_CONNECT = 56,  /* REQ 92 - 36 */
+	CMA_PD_ACCEPT = 196,  /* REP */
+	CMA_PD_REJECT = 148,  /* REJ */
+	CMA_PD_UD_CONNECT = 180, /* SIDR REQ 216 - 36 */
+	CMA_PD_UD_ACCEPT = 136,  /* SIDR REP */
+	CMA_PD_MAX = 196,
+};
+
+/* IB CM reject reasons rdma-core reports as a REJECTED event's status. */
+enum {
+	CMA_REJ_INVALID_SERVICE_ID = 8, /* nobody listens on the port */
+	CMA_REJ_CONSUMER_DEFINED = 28,  /* rdma_reject */
+};
+
+enum cma_state {
+	CMA_IDLE,
+	CMA_ADDR_QUERY,
+	CMA_ADDR_BOUND,     /* bound, or address resolved */
+	CMA_ROUTE_RESOLVED,
+	CMA_LISTEN,
+	CMA_CONNECT,        /* active: TCP connect / MPA request out, waiting for the reply */
+	CMA_REQ_RCVD,       /* passive: CONNECT_REQUEST delivered, waiting for accept/reject */
+	CMA_ACCEPTED,       /* passive: reply sent, waiting for the active side's RTU */
+	CMA_RESPONSE,       /* active without a QP: CONNECT_RESPONSE delivered, waiting for
+			       rdma_establish */
+	CMA_CONNECTED,
+	CMA_DISCONNECTED,
+	CMA_ERROR,
+};
+
+extern const char *const cma_state_name[];
+
+/* What each side appends to the MPA private data (all integers big endian). */
+struct cma_info {
+	uint32_t qpn;
+	uint32_t psn;
+	uint32_t qkey;
+	uint8_t ird;       /* responder resources offered */
+	uint8_t ord;       /* initiator depth wanted */
+	uint8_t qp_type;   /* enum ibv_qp_type */
+	uint8_t flags;     /* CMA_INFO_SRQ */
+	uint8_t retry;
+	uint8_t rnr_retry;
+	uint8_t user_len;  /* private data bytes in front of this trailer */
+	uint8_t version;
+	uint8_t gid[16];   /* the sender's source GID */
+	uint32_t magic;
+};
+#define CMA_INFO_MAGIC 0x53564d31u /* "SVM1" */
+enum { CMA_INFO_SRQ = 1, CMA_INFO_VERSION = 1 };
+
+/* After the MPA reply, the active side says "ready to use" with these 8 bytes. */
+#define CMA_RTU "SVCM-RTU"
+enum { CMA_RTU_LEN = 8 };
+
+struct cma_event {
+	struct rdma_cm_event ev;
+	struct cma_event *next;
+	struct cma_id *owner;      /* the id whose channel it went to */
+	struct cma_id *child;      /* CONNECT_REQUEST: the new id, held until the ack */
+	bool dead;                 /* its id was destroyed before it was read */
+	unsigned char pdata[CMA_PD_MAX];
+};
+
+struct cma_channel {
+	struct rdma_event_channel ch; /* fd: an eventfd counting queued events */
+	struct cma_event *head, *tail;
+	int ids;                      /* ids using it */
+};
+
+struct cma_id {
+	struct rdma_cm_id id;
+	enum cma_state state;
+	struct cma_channel *chan;
+	bool sync;                 /* created without a channel: calls wait for their event */
+	bool destroyed;            /* the user destroyed it; freed when no event refers to it */
+	int events_out;            /* events read by the user and not yet acked */
+	int fd;                    /* TCP socket: listening, connecting or connected */
+	bool in_epoll;
+	bool afonly, reuseaddr;
+	uint8_t tos;
+	uint64_t deadline_ns;      /* 0: none; otherwise the current step's timeout */
+	struct ibv_sa_path_rec path;
+
+	/* the handshake */
+	unsigned char rx[512 + 64];
+	size_t rx_len;
+	struct cma_info remote;    /* from the peer's request or reply */
+	uint32_t psn;              /* ours */
+	struct rdma_conn_param conn;  /* ours, as given to connect/accept */
+	unsigned char conn_pd[CMA_PD_MAX]; /* connect's private data, kept until sent */
+	bool req_sent;             /* active: the MPA request went out */
+	bool peer_closed;
+	bool own_cq;               /* rdma_create_qp made the CQs */
+
+	/* listener */
+	int backlog;
+	struct cma_id *pending;    /* accepted TCP connections whose request is not in yet */
+	struct cma_id *parent;     /* for those: the listener */
+	struct cma_id *next_pending;
+	struct ibv_pd *ep_pd;      /* rdma_create_ep: what rdma_get_request creates the QP with */
+	struct ibv_qp_init_attr *ep_qp_attr;
+
+	struct cma_id *next;       /* all ids */
+};
+
+static inline struct cma_id *to_cma_id(struct rdma_cm_id *id)
+{
+	return (struct cma_id *)id;
+}
+
+extern pthread_mutex_t cma_lock;
+
+/* cma_id.c */
+struct ibv_context *cma_device(void);
+struct ibv_pd *cma_default_pd(struct ibv_context *ctx);
+struct cma_event *cma_event_new(struct cma_id *id, enum rdma_cm_event_type type, int status);
+void cma_event_post(struct cma_event *e);
+struct cma_id *cma_id_new(struct cma_channel *chan, void *context, enum rdma_port_space ps);
+int cma_wait_event(struct cma_id *id, enum rdma_cm_event_type want);
+void cma_id_fill_route(struct cma_id *id);
+int cma_sockaddr_len(const struct sockaddr *sa);
+bool cma_addr_is_local(const struct sockaddr *sa);
+void cma_gid_from_addr(union ibv_gid *gid, const struct sockaddr *sa);
+void cma_id_release(struct cma_id *id);
+struct cma_id *cma_all_ids(void);
+
+/* cma_conn.c: the CM thread and the handshake */
+int cma_thread_start(void);
+void cma_watch(struct cma_id *id, uint32_t events);
+void cma_unwatch(struct cma_id *id);
+void cma_kick(void);
+int cma_start_connect(struct cma_id *id);
+int cma_send_reply(struct cma_id *id, bool reject, const void *pd, uint8_t pd_len);
+int cma_send_rtu(struct cma_id *id);
+uint32_t cma_random_psn(const struct cma_id *id);
+void cma_close_fd(struct cma_id *id);
+void cma_graveyard(struct cma_id *id);
+
+/* cma_qp.c */
+int cma_qp_to_rts(struct cma_id *id);
+void cma_qp_to_error(struct cma_id *id);
+int cma_qp_init(struct cma_id *id, struct ibv_qp *qp);
+void cma_fill_info(struct cma_id *id, struct cma_info *info, uint8_t user_len);
+
+#endif

@@ -1,0 +1,871 @@
+/*
+ * Connection setup: the CM thread and the handshake over TCP.
+ *
+ * Active side                          Passive side (listener)
+ *   TCP connect ------------------------> accept, wait for the request (5 s at most)
+ *   MPA request: PD = user PD + cma_info -> CONNECT_REQUEST (a new id)
+ *                                          rdma_accept: QP to RTS, then
+ *   ESTABLISHED (QP to RTS) <------------- MPA reply: PD = user PD + cma_info
+ *   RTU (8 bytes) ----------------------> ESTABLISHED
+ *   ... data over the shm wire; the TCP connection stays open ...
+ *   rdma_disconnect: shutdown ----------> end of stream: DISCONNECTED, QP to ERROR
+ *
+ * A reply with the MPA R bit is a reject (REJECTED, status 28, the user's private data);
+ * a refused TCP connect is nobody listening (REJECTED, status 8), as a RoCE port reports
+ * a REJ for an unknown service ID. Bytes that are not a request drop the connection and
+ * the listener goes on.
+ */
+#include "cma.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wire/iwarp/iw_mpa.h"
+
+#define REQUEST_WAIT_NS 5000000000ull  /* an accepted connection has this long to ask */
+#define REPLY_WAIT_NS 30000000000ull   /* the listener's application has this long to answer */
+enum { MAX_PENDING = 256 };            /* accepted connections still silent, per listener */
+
+static struct {
+	pthread_t thread;
+	bool started;
+	int epfd;
+	int kick;                  /* eventfd: deadlines changed, graveyard to empty */
+	struct cma_id *graveyard;  /* ids to free once no epoll batch can name them */
+} cm = { .epfd = -1, .kick = -1 };
+
+static int fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void cma_kick(void)
+{
+	uint64_t one = 1;
+
+	if (cm.kick >= 0 && write(cm.kick, &one, sizeof(one)) < 0)
+		sv_dbg("rdma_cm: kick: %s", strerror(errno));
+}
+
+void cma_watch(struct cma_id *id, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = id };
+
+	if (id->fd < 0)
+		return;
+	if (epoll_ctl(cm.epfd, id->in_epoll ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, id->fd, &ev))
+		sv_err("rdma_cm: epoll_ctl: %s", strerror(errno));
+	else
+		id->in_epoll = true;
+	cma_kick(); /* a deadline may have come with it */
+}
+
+void cma_unwatch(struct cma_id *id)
+{
+	if (id->in_epoll && id->fd >= 0)
+		epoll_ctl(cm.epfd, EPOLL_CTL_DEL, id->fd, NULL);
+	id->in_epoll = false;
+}
+
+void cma_close_fd(struct cma_id *id)
+{
+	cma_unwatch(id);
+	if (id->fd >= 0)
+		close(id->fd);
+	id->fd = -1;
+	id->deadline_ns = 0;
+}
+
+/* The CM thread may hold @id from an epoll batch it has not finished; it frees. */
+void cma_graveyard(struct cma_id *id)
+{
+	id->next = cm.graveyard;
+	cm.graveyard = id;
+	cma_kick();
+}
+
+static void post(struct cma_id *id, enum rdma_cm_event_type type, int status)
+{
+	struct cma_event *e = cma_event_new(id, type, status);
+
+	cma_event_post(e);
+}
+
+/* Sends all of @len bytes now: they are small and the socket is fresh. */
+static int send_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+
+			if (poll(&pfd, 1, 1000) <= 0)
+				return -ETIMEDOUT;
+			continue;
+		}
+		if (n <= 0)
+			return n < 0 ? -errno : -EPIPE;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Builds PD = user bytes + our trailer and sends the frame. */
+static int send_frame(struct cma_id *id, enum iw_mpa_kind kind, uint8_t flags,
+		      const void *user, uint8_t user_len, bool with_info)
+{
+	unsigned char pd[CMA_PD_MAX + sizeof(struct cma_info)];
+	unsigned char frame[IW_MPA_FRAME_MAX];
+	size_t pd_len = user_len;
+	int len;
+
+	if (user_len)
+		memcpy(pd, user, user_len);
+	if (with_info) {
+		struct cma_info info;
+
+		cma_fill_info(id, &info, user_len);
+		memcpy(pd + user_len, &info, sizeof(info));
+		pd_len += sizeof(info);
+	}
+	len = iw_mpa_build(frame, sizeof(frame), kind, flags, pd, pd_len);
+	if (len < 0)
+		return len;
+	return send_all(id->fd, frame, (size_t)len);
+}
+
+/* Our trailer at the end of the peer's private data, if it is there. Returns the user's
+ * part's length, or -1 when the peer is not softverbs. */
+static int take_info(struct cma_id *id, const struct iw_mpa_frame *f)
+{
+	struct cma_info info;
+
+	if (f->pd_len < sizeof(info))
+		return -1;
+	memcpy(&info, f->pd + f->pd_len - sizeof(info), sizeof(info));
+	if (ntohl(info.magic) != CMA_INFO_MAGIC || info.version != CMA_INFO_VERSION ||
+	    info.user_len != f->pd_len - sizeof(info))
+		return -1;
+	id->remote = info;
+	id->remote.qpn = ntohl(info.qpn);
+	id->remote.psn = ntohl(info.psn);
+	id->remote.qkey = ntohl(info.qkey);
+	return info.user_len;
+}
+
+static void copy_pdata(struct cma_event *e, const unsigned char *pd, int len)
+{
+	if (len > CMA_PD_MAX)
+		len = CMA_PD_MAX;
+	if (len > 0)
+		memcpy(e->pdata, pd, (size_t)len);
+	if (e->ev.id->qp_type == IBV_QPT_UD) {
+		e->ev.param.ud.private_data = len > 0 ? e->pdata : NULL;
+		e->ev.param.ud.private_data_len = (uint8_t)(len > 0 ? len : 0);
+	} else {
+		e->ev.param.conn.private_data = len > 0 ? e->pdata : NULL;
+		e->ev.param.conn.private_data_len = (uint8_t)(len > 0 ? len : 0);
+	}
+}
+
+/* The peer's connection parameters as this side sees them (responder resources it
+ * must give = initiator depth the peer asked for, and the reverse). */
+static void fill_conn_param(struct cma_id *id, struct rdma_conn_param *p)
+{
+	p->responder_resources = id->remote.ord;
+	p->initiator_depth = id->remote.ird;
+	p->flow_control = 1;
+	p->retry_count = id->remote.retry;
+	p->rnr_retry_count = id->remote.rnr_retry;
+	p->srq = id->remote.flags & CMA_INFO_SRQ ? 1 : 0;
+	p->qp_num = id->remote.qpn;
+}
+
+/* The address handle attributes of the peer (on this host). */
+static void fill_ud_param(struct cma_id *id, struct rdma_ud_param *p)
+{
+	struct ibv_port_attr port;
+
+	memset(&port, 0, sizeof(port));
+	ibv_query_port(id->id.verbs, 1, &port);
+	p->qp_num = id->remote.qpn;
+	p->qkey = id->remote.qkey;
+	p->ah_attr.is_global = 1;
+	memcpy(p->ah_attr.grh.dgid.raw, id->remote.gid, 16);
+	p->ah_attr.grh.hop_limit = 64;
+	p->ah_attr.grh.sgid_index = 0;
+	{
+		union ibv_gid g;
+
+		for (int i = 0; i < port.gid_tbl_len; i++) {
+			if (!ibv_query_gid(id->id.verbs, 1, i, &g) &&
+			    !memcmp(&g, &id->id.route.addr.addr.ibaddr.sgid, sizeof(g))) {
+				p->ah_attr.grh.sgid_index = (uint8_t)i;
+				break;
+			}
+		}
+	}
+	p->ah_attr.dlid = port.lid;
+	p->ah_attr.port_num = 1;
+}
+
+/* --- the passive side ---------------------------------------------------------------- */
+
+static void listener_accept(struct cma_id *l)
+{
+	for (int i = 0; i < 64; i++) {
+		int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct cma_id *p;
+		int count = 0;
+
+		if (fd < 0)
+			return;
+		for (p = l->pending; p; p = p->next_pending)
+			count++;
+		if (count >= MAX_PENDING || !(p = cma_id_new(NULL, NULL, l->id.ps))) {
+			sv_warn("rdma_cm: listener busy, connection dropped");
+			close(fd);
+			continue;
+		}
+		p->fd = fd;
+		p->parent = l;
+		p->next_pending = l->pending;
+		l->pending = p;
+		p->deadline_ns = now_ns() + REQUEST_WAIT_NS;
+		cma_watch(p, EPOLLIN | EPOLLRDHUP);
+	}
+}
+
+static void pending_drop(struct cma_id *p, const char *why)
+{
+	struct cma_id **pp;
+
+	sv_info("rdma_cm: connection to a listener dropped: %s", why);
+	for (pp = &p->parent->pending; *pp; pp = &(*pp)->next_pending) {
+		if (*pp == p) {
+			*pp = p->next_pending;
+			break;
+		}
+	}
+	cma_id_release(p);
+}
+
+/* A complete request on a pending connection: it becomes an id the user sees. */
+static void pending_request(struct cma_id *p, const struct iw_mpa_frame *f)
+{
+	struct cma_id *l = p->parent, **pp;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	struct cma_event *e;
+	int user_len = take_info(p, f);
+
+	if (user_len < 0 || (p->remote.qp_type == IBV_QPT_UD) != (l->id.qp_type == IBV_QPT_UD)) {
+		/* Not a softverbs peer, or a UD request to an RC listener: refuse it. */
+		send_frame(p, IW_MPA_REPLY, IW_MPA_FLAG_REJECT, NULL, 0, false);
+		pending_drop(p, user_len < 0 ? "peer is not softverbs" : "QP type mismatch");
+		return;
+	}
+	for (pp = &l->pending; *pp; pp = &(*pp)->next_pending) {
+		if (*pp == p) {
+			*pp = p->next_pending;
+			break;
+		}
+	}
+	p->parent = NULL;
+	p->chan = l->chan;
+	p->chan->ids++;
+	p->id.channel = l->id.channel;
+	p->id.context = l->id.context;
+	p->id.verbs = cma_device();
+	p->id.port_num = 1;
+	p->id.qp_type = l->id.qp_type;
+	if (!getsockname(p->fd, (struct sockaddr *)&ss, &len))
+		memcpy(&p->id.route.addr.src_storage, &ss, len);
+	len = sizeof(ss);
+	if (!getpeername(p->fd, (struct sockaddr *)&ss, &len))
+		memcpy(&p->id.route.addr.dst_storage, &ss, len);
+	cma_gid_from_addr(&p->id.route.addr.addr.ibaddr.sgid, &p->id.route.addr.src_addr);
+	cma_gid_from_addr(&p->id.route.addr.addr.ibaddr.dgid, &p->id.route.addr.dst_addr);
+	p->id.route.addr.addr.ibaddr.pkey = htons(0xffff);
+	cma_id_fill_route(p);
+	p->state = CMA_REQ_RCVD;
+	p->deadline_ns = 0;
+	p->rx_len = 0;
+	cma_watch(p, EPOLLIN | EPOLLRDHUP);
+
+	e = cma_event_new(l, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+	if (!e)
+		return;
+	e->ev.id = &p->id;
+	e->ev.listen_id = &l->id;
+	e->child = p;
+	if (p->id.qp_type == IBV_QPT_UD) {
+		fill_ud_param(p, &e->ev.param.ud);
+	} else {
+		fill_conn_param(p, &e->ev.param.conn);
+	}
+	copy_pdata(e, f->pd, user_len);
+	cma_event_post(e);
+}
+
+/* --- the active side ----------------------------------------------------------------- */
+
+static void active_fail(struct cma_id *id, enum rdma_cm_event_type type, int status)
+{
+	cma_close_fd(id);
+	cma_qp_to_error(id);
+	id->state = CMA_ERROR;
+	post(id, type, status);
+}
+
+static void active_connected(struct cma_id *id)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+	struct sockaddr_storage ss;
+
+	if (getsockopt(id->fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
+		if (err == ECONNREFUSED)
+			active_fail(id, RDMA_CM_EVENT_REJECTED, CMA_REJ_INVALID_SERVICE_ID);
+		else
+			active_fail(id, RDMA_CM_EVENT_UNREACHABLE, -(err ? err : EIO));
+		return;
+	}
+	len = sizeof(ss);
+	if (!getsockname(id->fd, (struct sockaddr *)&ss, &len))
+		memcpy(&id->id.route.addr.src_storage, &ss, len);
+	err = send_frame(id, IW_MPA_REQUEST, 0, id->conn.private_data,
+			 id->conn.private_data_len, true);
+	if (err) {
+		active_fail(id, RDMA_CM_EVENT_UNREACHABLE, err);
+		return;
+	}
+	id->req_sent = true;
+	id->deadline_ns = now_ns() + REPLY_WAIT_NS;
+	cma_watch(id, EPOLLIN | EPOLLRDHUP);
+}
+
+static void active_reply(struct cma_id *id, const struct iw_mpa_frame *f)
+{
+	struct cma_event *e;
+	int user_len;
+
+	id->deadline_ns = 0;
+	if (f->flags & IW_MPA_FLAG_REJECT) {
+		user_len = take_info(id, f);
+		cma_close_fd(id);
+		cma_qp_to_error(id);
+		id->state = CMA_ERROR;
+		e = cma_event_new(id, id->id.qp_type == IBV_QPT_UD ? RDMA_CM_EVENT_UNREACHABLE :
+				  RDMA_CM_EVENT_REJECTED, CMA_REJ_CONSUMER_DEFINED);
+		if (e) {
+			copy_pdata(e, f->pd, user_len < 0 ? f->pd_len : user_len);
+			cma_event_post(e);
+		}
+		return;
+	}
+	user_len = take_info(id, f);
+	if (user_len < 0) {
+		active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO);
+		return;
+	}
+	if (id->id.qp_type == IBV_QPT_UD) {
+		/* SIDR: the reply is all there is. */
+		cma_close_fd(id);
+		id->state = CMA_CONNECTED;
+		e = cma_event_new(id, RDMA_CM_EVENT_ESTABLISHED, 0);
+		if (e) {
+			fill_ud_param(id, &e->ev.param.ud);
+			copy_pdata(e, f->pd, user_len);
+			cma_event_post(e);
+		}
+		return;
+	}
+	if (!id->id.qp) {
+		/* The application drives its own QP: it calls rdma_establish. */
+		id->state = CMA_RESPONSE;
+		e = cma_event_new(id, RDMA_CM_EVENT_CONNECT_RESPONSE, 0);
+	} else {
+		int err = cma_qp_to_rts(id);
+
+		if (!err)
+			err = cma_send_rtu(id);
+		if (err) {
+			active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, err);
+			return;
+		}
+		id->state = CMA_CONNECTED;
+		e = cma_event_new(id, RDMA_CM_EVENT_ESTABLISHED, 0);
+	}
+	if (e) {
+		fill_conn_param(id, &e->ev.param.conn);
+		copy_pdata(e, f->pd, user_len);
+		cma_event_post(e);
+	}
+}
+
+/* --- both sides ---------------------------------------------------------------------- */
+
+/* The peer closed (or broke) the connection. */
+static void peer_gone(struct cma_id *id)
+{
+	switch (id->state) {
+	case CMA_CONNECT:
+		active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
+		break;
+	case CMA_REQ_RCVD:
+		/* Told at rdma_accept. */
+		id->peer_closed = true;
+		cma_close_fd(id);
+		break;
+	case CMA_ACCEPTED:
+	case CMA_RESPONSE:
+		cma_close_fd(id);
+		cma_qp_to_error(id);
+		id->state = CMA_ERROR;
+		post(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
+		break;
+	case CMA_CONNECTED:
+		cma_close_fd(id);
+		cma_qp_to_error(id);
+		id->state = CMA_DISCONNECTED;
+		post(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+		break;
+	default:
+		cma_close_fd(id);
+		break;
+	}
+}
+
+static void on_input(struct cma_id *id, uint32_t events)
+{
+	struct iw_mpa_frame f;
+	ssize_t n;
+	int len;
+
+	if (id->state == CMA_LISTEN) {
+		listener_accept(id);
+		return;
+	}
+	if (id->state == CMA_CONNECT && !id->req_sent && (events & EPOLLOUT)) {
+		active_connected(id);
+		return;
+	}
+	n = recv(id->fd, id->rx + id->rx_len, sizeof(id->rx) - id->rx_len, MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		if (id->parent)
+			pending_drop(id, "closed before its request");
+		else if (id->state == CMA_CONNECT && id->rx_len == 0 && n < 0 &&
+			 errno == ECONNREFUSED)
+			active_fail(id, RDMA_CM_EVENT_REJECTED, CMA_REJ_INVALID_SERVICE_ID);
+		else
+			peer_gone(id);
+		return;
+	}
+	id->rx_len += (size_t)n;
+
+	if (id->parent) {
+		len = iw_mpa_parse(id->rx, id->rx_len, IW_MPA_REQUEST, &f);
+		if (len == -EAGAIN && id->rx_len < sizeof(id->rx))
+			return;
+		if (len < 0 || (size_t)len != id->rx_len)
+			pending_drop(id, "not an MPA request");
+		else
+			pending_request(id, &f);
+		return;
+	}
+	switch (id->state) {
+	case CMA_CONNECT:
+		len = iw_mpa_parse(id->rx, id->rx_len, IW_MPA_REPLY, &f);
+		if (len == -EAGAIN && id->rx_len < sizeof(id->rx))
+			return;
+		if (len < 0 || (size_t)len != id->rx_len)
+			active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO);
+		else
+			active_reply(id, &f);
+		id->rx_len = 0;
+		return;
+	case CMA_ACCEPTED:
+		if (id->rx_len < CMA_RTU_LEN)
+			return;
+		if (memcmp(id->rx, CMA_RTU, CMA_RTU_LEN)) {
+			peer_gone(id);
+			return;
+		}
+		id->rx_len = 0;
+		id->deadline_ns = 0;
+		id->state = CMA_CONNECTED;
+		{
+			struct cma_event *e = cma_event_new(id, RDMA_CM_EVENT_ESTABLISHED, 0);
+
+			if (e) {
+				fill_conn_param(id, &e->ev.param.conn);
+				cma_event_post(e);
+			}
+		}
+		return;
+	default:
+		/* Nothing else is expected on the stream; drop what comes. */
+		id->rx_len = 0;
+		return;
+	}
+}
+
+static void on_timeout(struct cma_id *id)
+{
+	id->deadline_ns = 0;
+	if (id->parent) {
+		pending_drop(id, "no request in time");
+		return;
+	}
+	switch (id->state) {
+	case CMA_CONNECT:
+		active_fail(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
+		break;
+	case CMA_ACCEPTED:
+		cma_close_fd(id);
+		cma_qp_to_error(id);
+		id->state = CMA_ERROR;
+		post(id, RDMA_CM_EVENT_CONNECT_ERROR, -ETIMEDOUT);
+		break;
+	default:
+		break;
+	}
+}
+
+static void free_graveyard(void)
+{
+	while (cm.graveyard) {
+		struct cma_id *id = cm.graveyard;
+
+		cm.graveyard = id->next;
+		free(id);
+	}
+}
+
+/* Every id with a deadline, and the nearest of them (walks the ids with pending
+ * connections too: those hang off their listeners). */
+static uint64_t expire(uint64_t now);
+
+static void *cm_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct epoll_event evs[32];
+		uint64_t next;
+		int timeout, n;
+
+		pthread_mutex_lock(&cma_lock);
+		free_graveyard();
+		next = expire(now_ns());
+		pthread_mutex_unlock(&cma_lock);
+		if (!next)
+			timeout = -1;
+		else
+			timeout = (int)((next - now_ns()) / 1000000ull) + 1;
+		n = epoll_wait(cm.epfd, evs, 32, timeout);
+		pthread_mutex_lock(&cma_lock);
+		for (int i = 0; i < n; i++) {
+			struct cma_id *id = evs[i].data.ptr;
+			uint64_t v;
+
+			if (!id) {
+				if (read(cm.kick, &v, sizeof(v)) < 0)
+					v = 0;
+				continue;
+			}
+			/* Closed since the batch was taken: its memory waits in the graveyard. */
+			if (id->fd < 0 || !id->in_epoll)
+				continue;
+			on_input(id, evs[i].events);
+		}
+		pthread_mutex_unlock(&cma_lock);
+	}
+	return NULL;
+}
+
+uint32_t cma_random_psn(const struct cma_id *id)
+{
+	uint64_t x = now_ns() ^ (uintptr_t)id;
+
+	x ^= x >> 29;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 32;
+	return (uint32_t)x & 0xffffff;
+}
+
+static uint64_t expire(uint64_t now)
+{
+	uint64_t next = 0;
+
+	for (struct cma_id *id = cma_all_ids(), *nx; id; id = nx) {
+		nx = id->next;
+		if (!id->deadline_ns)
+			continue;
+		if (id->deadline_ns <= now) {
+			on_timeout(id);
+			continue;
+		}
+		if (!next || id->deadline_ns < next)
+			next = id->deadline_ns;
+	}
+	return next;
+}
+
+int cma_thread_start(void)
+{
+	static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	int err = 0;
+
+	pthread_mutex_lock(&once);
+	if (!cm.started) {
+		cm.epfd = epoll_create1(EPOLL_CLOEXEC);
+		cm.kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (cm.epfd < 0 || cm.kick < 0 || epoll_ctl(cm.epfd, EPOLL_CTL_ADD, cm.kick, &ev))
+			err = errno;
+		else if ((err = pthread_create(&cm.thread, NULL, cm_main, NULL)) == 0)
+			cm.started = true;
+		if (err) {
+			if (cm.epfd >= 0)
+				close(cm.epfd);
+			if (cm.kick >= 0)
+				close(cm.kick);
+			cm.epfd = cm.kick = -1;
+		}
+	}
+	pthread_mutex_unlock(&once);
+	return err ? fail(err) : 0;
+}
+
+/* --- the calls ----------------------------------------------------------------------- */
+
+int cma_send_rtu(struct cma_id *id)
+{
+	return send_all(id->fd, CMA_RTU, CMA_RTU_LEN);
+}
+
+int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+	struct cma_id *cid = to_cma_id(id);
+	uint8_t max = id && id->qp_type == IBV_QPT_UD ? CMA_PD_UD_CONNECT : CMA_PD_CONNECT;
+	int err = 0;
+
+	if (!id)
+		return fail(EINVAL);
+	if (conn_param && conn_param->private_data_len &&
+	    (conn_param->private_data_len > max || !conn_param->private_data))
+		return fail(EINVAL);
+	pthread_mutex_lock(&cma_lock);
+	if (cid->state != CMA_ROUTE_RESOLVED || cid->fd < 0) {
+		pthread_mutex_unlock(&cma_lock);
+		return fail(EINVAL);
+	}
+	memset(&cid->conn, 0, sizeof(cid->conn));
+	if (conn_param) {
+		cid->conn = *conn_param;
+		/* The private data is the caller's until connect returns: keep a copy. */
+		if (conn_param->private_data_len)
+			memcpy(cid->conn_pd, conn_param->private_data, conn_param->private_data_len);
+		cid->conn.private_data = cid->conn_pd;
+	} else {
+		/* rdma-core's defaults for a NULL conn_param. */
+		cid->conn.responder_resources = 1;
+		cid->conn.initiator_depth = 1;
+		cid->conn.retry_count = 7;
+		cid->conn.rnr_retry_count = 7;
+	}
+	if (!cid->id.qp && !conn_param && cid->id.qp_type != IBV_QPT_UD)
+		err = EINVAL; /* nobody to say which QP connects */
+	cid->psn = cma_random_psn(cid);
+	cid->req_sent = false;
+	if (!err && connect(cid->fd, &id->route.addr.dst_addr,
+			    (socklen_t)cma_sockaddr_len(&id->route.addr.dst_addr)) &&
+	    errno != EINPROGRESS)
+		err = errno;
+	if (err == ECONNREFUSED) {
+		/* Loopback can refuse at once: the same event as a refusal seen later. */
+		err = 0;
+		cid->state = CMA_CONNECT;
+		active_fail(cid, RDMA_CM_EVENT_REJECTED, CMA_REJ_INVALID_SERVICE_ID);
+	} else if (!err) {
+		cid->state = CMA_CONNECT;
+		cid->deadline_ns = now_ns() + REPLY_WAIT_NS;
+		cma_watch(cid, EPOLLOUT);
+	}
+	pthread_mutex_unlock(&cma_lock);
+	if (err)
+		return fail(err);
+	if (cid->sync)
+		return cma_wait_event(cid, RDMA_CM_EVENT_ESTABLISHED);
+	return 0;
+}
+
+int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+	struct cma_id *cid = to_cma_id(id);
+	bool ud = id && id->qp_type == IBV_QPT_UD;
+	uint8_t max = ud ? CMA_PD_UD_ACCEPT : CMA_PD_ACCEPT;
+	int err = 0;
+
+	if (!id)
+		return fail(EINVAL);
+	if (conn_param && conn_param->private_data_len &&
+	    (conn_param->private_data_len > max || !conn_param->private_data))
+		return fail(EINVAL);
+	pthread_mutex_lock(&cma_lock);
+	if (cid->state != CMA_REQ_RCVD) {
+		pthread_mutex_unlock(&cma_lock);
+		return fail(EINVAL);
+	}
+	memset(&cid->conn, 0, sizeof(cid->conn));
+	if (conn_param) {
+		cid->conn = *conn_param;
+	} else {
+		/* rdma-core: accept with what the request asked for. */
+		cid->conn.responder_resources = cid->remote.ord;
+		cid->conn.initiator_depth = cid->remote.ird;
+		cid->conn.rnr_retry_count = 7;
+	}
+	if (!cid->id.qp && !conn_param)
+		err = EINVAL;
+	cid->psn = cma_random_psn(cid);
+	if (!err && !ud && cid->id.qp)
+		err = -cma_qp_to_rts(cid);
+	if (!err && cid->peer_closed) {
+		cma_qp_to_error(cid);
+		cid->state = CMA_ERROR;
+		post(cid, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
+		pthread_mutex_unlock(&cma_lock);
+		return 0;
+	}
+	if (!err) {
+		int r = send_frame(cid, IW_MPA_REPLY, 0, conn_param ? conn_param->private_data : NULL,
+				   conn_param ? conn_param->private_data_len : 0, true);
+
+		if (r) {
+			cma_close_fd(cid);
+			cma_qp_to_error(cid);
+			cid->state = CMA_ERROR;
+			post(cid, RDMA_CM_EVENT_CONNECT_ERROR, r);
+		} else if (ud) {
+			cma_close_fd(cid);
+			cid->state = CMA_CONNECTED;
+		} else {
+			cid->state = CMA_ACCEPTED;
+			cid->deadline_ns = now_ns() + REPLY_WAIT_NS;
+			cma_kick();
+		}
+	}
+	pthread_mutex_unlock(&cma_lock);
+	if (err)
+		return fail(err);
+	if (cid->sync && !ud)
+		return cma_wait_event(cid, RDMA_CM_EVENT_ESTABLISHED);
+	return 0;
+}
+
+static int reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	struct cma_id *cid = to_cma_id(id);
+
+	if (!id)
+		return fail(EINVAL);
+	if (private_data_len && (private_data_len > CMA_PD_REJECT || !private_data))
+		return fail(EINVAL);
+	pthread_mutex_lock(&cma_lock);
+	if (cid->state != CMA_REQ_RCVD) {
+		pthread_mutex_unlock(&cma_lock);
+		return fail(EINVAL);
+	}
+	if (!cid->peer_closed)
+		send_frame(cid, IW_MPA_REPLY, IW_MPA_FLAG_REJECT, private_data, private_data_len,
+			   false);
+	cma_close_fd(cid);
+	cid->state = CMA_IDLE;
+	pthread_mutex_unlock(&cma_lock);
+	return 0;
+}
+
+int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	return reject(id, private_data, private_data_len);
+}
+
+int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	return reject(id, private_data, private_data_len);
+}
+
+int rdma_establish(struct rdma_cm_id *id)
+{
+	struct cma_id *cid = to_cma_id(id);
+	int err = 0;
+
+	if (!id)
+		return fail(EINVAL);
+	pthread_mutex_lock(&cma_lock);
+	if (cid->state != CMA_RESPONSE)
+		err = EINVAL;
+	else if ((err = -cma_send_rtu(cid)) == 0)
+		cid->state = CMA_CONNECTED;
+	pthread_mutex_unlock(&cma_lock);
+	return err ? fail(err) : 0;
+}
+
+int rdma_disconnect(struct rdma_cm_id *id)
+{
+	struct cma_id *cid = to_cma_id(id);
+	int err = 0;
+
+	if (!id)
+		return fail(EINVAL);
+	pthread_mutex_lock(&cma_lock);
+	switch (cid->state) {
+	case CMA_CONNECTED:
+	case CMA_ACCEPTED:
+	case CMA_RESPONSE:
+		/* IBA: the QP stops (ERROR, flushing what is posted); the peer sees the end
+		 * of the stream, and each side gets one DISCONNECTED. */
+		cma_qp_to_error(cid);
+		if (cid->fd >= 0)
+			shutdown(cid->fd, SHUT_WR);
+		cid->deadline_ns = 0;
+		cid->state = CMA_DISCONNECTED;
+		if (cid->id.qp_type != IBV_QPT_UD)
+			post(cid, RDMA_CM_EVENT_DISCONNECTED, 0);
+		break;
+	case CMA_DISCONNECTED:
+		break; /* the peer went first */
+	default:
+		err = EINVAL;
+		break;
+	}
+	pthread_mutex_unlock(&cma_lock);
+	return err ? fail(err) : 0;
+}

@@ -1,0 +1,496 @@
+/*
+ * QPs and SRQs on ids, their moves through the state machine as the handshake goes,
+ * and the synchronous endpoint calls (rdma_create_ep, rdma_get_request).
+ */
+#include "cma.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
+static int sgid_index(struct cma_id *id)
+{
+	struct ibv_port_attr port;
+	union ibv_gid g;
+
+	if (ibv_query_port(id->id.verbs, 1, &port))
+		return 0;
+	for (int i = 0; i < port.gid_tbl_len; i++) {
+		if (!ibv_query_gid(id->id.verbs, 1, i, &g) &&
+		    !memcmp(&g, &id->id.route.addr.addr.ibaddr.sgid, sizeof(g)))
+			return i;
+	}
+	return 0;
+}
+
+static uint8_t clamp_rd_atom(struct cma_id *id, uint8_t v)
+{
+	struct ibv_device_attr attr;
+
+	if (!ibv_query_device(id->id.verbs, &attr) && v > attr.max_qp_rd_atom)
+		return (uint8_t)attr.max_qp_rd_atom;
+	return v;
+}
+
+void cma_fill_info(struct cma_id *id, struct cma_info *info, uint8_t user_len)
+{
+	memset(info, 0, sizeof(*info));
+	info->qpn = htonl(id->id.qp ? id->id.qp->qp_num : id->conn.qp_num);
+	info->psn = htonl(id->psn);
+	info->qkey = htonl(RDMA_UDP_QKEY);
+	info->ird = id->conn.responder_resources;
+	info->ord = id->conn.initiator_depth;
+	info->qp_type = (uint8_t)id->id.qp_type;
+	info->flags = id->id.srq || id->conn.srq ? CMA_INFO_SRQ : 0;
+	info->retry = id->conn.retry_count;
+	info->rnr_retry = id->conn.rnr_retry_count;
+	info->user_len = user_len;
+	info->version = CMA_INFO_VERSION;
+	memcpy(info->gid, id->id.route.addr.addr.ibaddr.sgid.raw, 16);
+	info->magic = htonl(CMA_INFO_MAGIC);
+}
+
+/* The attributes of the move to qp_attr->qp_state, as rdma_init_qp_attr gives them. */
+static int init_attr(struct cma_id *id, struct ibv_qp_attr *a, int *mask)
+{
+	enum ibv_qp_state to = a->qp_state;
+	bool ud = id->id.qp_type == IBV_QPT_UD;
+
+	memset(a, 0, sizeof(*a));
+	a->qp_state = to;
+	switch (to) {
+	case IBV_QPS_INIT:
+		a->pkey_index = 0;
+		a->port_num = 1;
+		*mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+		if (ud) {
+			a->qkey = RDMA_UDP_QKEY;
+			*mask |= IBV_QP_QKEY;
+		} else {
+			/* IB CM: remote write always; read and atomics once responder
+			 * resources are offered (set again at RTR). */
+			a->qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+			if (id->conn.responder_resources)
+				a->qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+			*mask |= IBV_QP_ACCESS_FLAGS;
+		}
+		return 0;
+	case IBV_QPS_RTR:
+		*mask = IBV_QP_STATE;
+		if (ud)
+			return 0;
+		if (id->state < CMA_CONNECT)
+			return EINVAL; /* nothing known of the peer yet */
+		a->path_mtu = id->path.mtu ? id->path.mtu : IBV_MTU_1024;
+		a->dest_qp_num = id->remote.qpn;
+		a->rq_psn = id->remote.psn;
+		a->max_dest_rd_atomic = clamp_rd_atom(id, id->conn.responder_resources);
+		a->min_rnr_timer = 12;
+		a->ah_attr.is_global = 1;
+		memcpy(a->ah_attr.grh.dgid.raw, id->remote.gid, 16);
+		a->ah_attr.grh.sgid_index = (uint8_t)sgid_index(id);
+		a->ah_attr.grh.hop_limit = 64;
+		a->ah_attr.grh.traffic_class = id->tos;
+		a->ah_attr.dlid = ntohs(id->path.dlid);
+		a->ah_attr.port_num = 1;
+		a->qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+		if (a->max_dest_rd_atomic)
+			a->qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+		*mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_ACCESS_FLAGS;
+		return 0;
+	case IBV_QPS_RTS:
+		a->sq_psn = id->psn;
+		*mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+		if (ud)
+			return 0;
+		if (id->state < CMA_CONNECT)
+			return EINVAL;
+		a->timeout = 14;
+		/* The active side's counts rule both ends (the request carries them). */
+		a->retry_cnt = id->remote.retry && id->state == CMA_REQ_RCVD ?
+			id->remote.retry : id->conn.retry_count;
+		a->retry_cnt = a->retry_cnt > 7 ? 7 : a->retry_cnt;
+		a->rnr_retry = id->conn.rnr_retry_count > 7 ? 7 : id->conn.rnr_retry_count;
+		a->max_rd_atomic = clamp_rd_atom(id, id->conn.initiator_depth);
+		*mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			 IBV_QP_MAX_QP_RD_ATOMIC;
+		return 0;
+	default:
+		return EINVAL;
+	}
+}
+
+int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
+{
+	int err;
+
+	if (!id || !qp_attr || !qp_attr_mask)
+		return fail(EINVAL);
+	if (!id->verbs)
+		return fail(EINVAL);
+	pthread_mutex_lock(&cma_lock);
+	err = init_attr(to_cma_id(id), qp_attr, qp_attr_mask);
+	pthread_mutex_unlock(&cma_lock);
+	return err ? fail(err) : 0;
+}
+
+static int modify(struct cma_id *id, enum ibv_qp_state to)
+{
+	struct ibv_qp_attr a = { .qp_state = to };
+	int mask, err = init_attr(id, &a, &mask);
+
+	if (err)
+		return err;
+	return ibv_modify_qp(id->id.qp, &a, mask);
+}
+
+/* A new QP goes to INIT (RC/UC) or all the way to RTS (UD: nothing to wait for). */
+int cma_qp_init(struct cma_id *id, struct ibv_qp *qp)
+{
+	int err;
+
+	(void)qp;
+	err = modify(id, IBV_QPS_INIT);
+	if (!err && id->id.qp_type == IBV_QPT_UD) {
+		err = modify(id, IBV_QPS_RTR);
+		if (!err)
+			err = modify(id, IBV_QPS_RTS);
+	}
+	return err;
+}
+
+/* Connect: the QP goes RTR and RTS with what the peer said. Returns 0 or -errno. */
+int cma_qp_to_rts(struct cma_id *id)
+{
+	int err;
+
+	if (!id->id.qp)
+		return 0;
+	/* A QP the application moved itself is left where it is. */
+	{
+		struct ibv_qp_attr cur;
+		struct ibv_qp_init_attr init;
+
+		if (!ibv_query_qp(id->id.qp, &cur, IBV_QP_STATE, &init) &&
+		    cur.qp_state != IBV_QPS_INIT)
+			return 0;
+	}
+	err = modify(id, IBV_QPS_RTR);
+	if (!err)
+		err = modify(id, IBV_QPS_RTS);
+	if (err)
+		sv_info("rdma_cm: moving QP %u to RTS failed: %s", id->id.qp->qp_num, strerror(err));
+	return -err;
+}
+
+void cma_qp_to_error(struct cma_id *id)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+	if (id->id.qp && id->id.qp_type != IBV_QPT_UD)
+		ibv_modify_qp(id->id.qp, &a, IBV_QP_STATE);
+}
+
+/* --- QP and SRQ creation ------------------------------------------------------------- */
+
+static void destroy_cqs(struct cma_id *id)
+{
+	if (id->id.send_cq && id->id.send_cq != id->id.recv_cq)
+		ibv_destroy_cq(id->id.send_cq);
+	if (id->id.recv_cq)
+		ibv_destroy_cq(id->id.recv_cq);
+	if (id->id.send_cq_channel && id->id.send_cq_channel != id->id.recv_cq_channel)
+		ibv_destroy_comp_channel(id->id.send_cq_channel);
+	if (id->id.recv_cq_channel)
+		ibv_destroy_comp_channel(id->id.recv_cq_channel);
+	id->id.send_cq = id->id.recv_cq = NULL;
+	id->id.send_cq_channel = id->id.recv_cq_channel = NULL;
+}
+
+/* Makes the CQs (each with its completion channel) the caller left out. */
+static int create_cqs(struct cma_id *id, uint32_t send_size, uint32_t recv_size)
+{
+	struct ibv_context *ctx = id->id.verbs;
+
+	if (recv_size) {
+		id->id.recv_cq_channel = ibv_create_comp_channel(ctx);
+		if (!id->id.recv_cq_channel)
+			goto err;
+		id->id.recv_cq = ibv_create_cq(ctx, (int)recv_size, &id->id, id->id.recv_cq_channel, 0);
+		if (!id->id.recv_cq)
+			goto err;
+	}
+	if (send_size) {
+		id->id.send_cq_channel = ibv_create_comp_channel(ctx);
+		if (!id->id.send_cq_channel)
+			goto err;
+		id->id.send_cq = ibv_create_cq(ctx, (int)send_size, &id->id, id->id.send_cq_channel, 0);
+		if (!id->id.send_cq)
+			goto err;
+	}
+	return 0;
+err:
+	destroy_cqs(id);
+	return errno ? errno : ENOMEM;
+}
+
+int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
+{
+	struct cma_id *cid = to_cma_id(id);
+	struct ibv_qp *qp;
+	int err;
+
+	if (!id || !attr)
+		return fail(EINVAL);
+	if (!id->verbs || id->qp)
+		return fail(EINVAL);
+	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
+		attr->pd = id->pd ? id->pd : cma_default_pd(id->verbs);
+		attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
+	}
+	if (!attr->pd)
+		return -1;
+	if (attr->pd->context != id->verbs)
+		return fail(EINVAL);
+	if (id->srq && !attr->srq)
+		attr->srq = id->srq;
+	err = create_cqs(cid, attr->send_cq ? 0 : attr->cap.max_send_wr,
+			 attr->recv_cq || attr->srq ? 0 : attr->cap.max_recv_wr);
+	if (err)
+		return fail(err);
+	if (!attr->send_cq)
+		attr->send_cq = id->send_cq;
+	if (!attr->recv_cq)
+		attr->recv_cq = id->recv_cq ? id->recv_cq : attr->send_cq;
+	qp = ibv_create_qp_ex(id->verbs, attr);
+	if (!qp) {
+		err = errno;
+		destroy_cqs(cid);
+		return fail(err);
+	}
+	id->qp = qp;
+	id->pd = attr->pd;
+	pthread_mutex_lock(&cma_lock);
+	err = cma_qp_init(cid, qp);
+	pthread_mutex_unlock(&cma_lock);
+	if (err) {
+		ibv_destroy_qp(qp);
+		id->qp = NULL;
+		destroy_cqs(cid);
+		return fail(err);
+	}
+	return 0;
+}
+
+int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
+{
+	struct ibv_qp_init_attr_ex ex;
+	int ret;
+
+	if (!id || !qp_init_attr)
+		return fail(EINVAL);
+	memset(&ex, 0, sizeof(ex));
+	memcpy(&ex, qp_init_attr, sizeof(*qp_init_attr));
+	ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+	ex.pd = pd;
+	ret = rdma_create_qp_ex(id, &ex);
+	if (!ret) {
+		/* The caller learns the capabilities it got, as from ibv_create_qp. */
+		memcpy(qp_init_attr, &ex, sizeof(*qp_init_attr));
+	}
+	return ret;
+}
+
+void rdma_destroy_qp(struct rdma_cm_id *id)
+{
+	if (!id || !id->qp)
+		return;
+	ibv_destroy_qp(id->qp);
+	id->qp = NULL;
+	destroy_cqs(to_cma_id(id));
+}
+
+int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
+{
+	struct cma_id *cid = to_cma_id(id);
+	struct ibv_srq *srq;
+	int err;
+
+	if (!id || !attr || !id->verbs || id->srq)
+		return fail(EINVAL);
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE)) {
+		attr->comp_mask |= IBV_SRQ_INIT_ATTR_TYPE;
+		attr->srq_type = IBV_SRQT_BASIC;
+	}
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
+		attr->pd = id->pd ? id->pd : cma_default_pd(id->verbs);
+		attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+	}
+	if (!attr->pd)
+		return -1;
+	if (attr->srq_type != IBV_SRQT_BASIC)
+		return fail(EOPNOTSUPP);
+	if (!id->recv_cq && !(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ)) {
+		err = create_cqs(cid, 0, attr->attr.max_wr);
+		if (err)
+			return fail(err);
+	}
+	srq = ibv_create_srq_ex(id->verbs, attr);
+	if (!srq) {
+		err = errno;
+		return fail(err);
+	}
+	id->srq = srq;
+	id->pd = attr->pd;
+	return 0;
+}
+
+int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	struct ibv_srq_init_attr_ex ex;
+	int ret;
+
+	if (!id || !attr)
+		return fail(EINVAL);
+	memset(&ex, 0, sizeof(ex));
+	ex.srq_context = attr->srq_context;
+	ex.attr = attr->attr;
+	ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+	ex.srq_type = IBV_SRQT_BASIC;
+	ex.pd = pd;
+	ret = rdma_create_srq_ex(id, &ex);
+	if (!ret)
+		attr->attr = ex.attr;
+	return ret;
+}
+
+void rdma_destroy_srq(struct rdma_cm_id *id)
+{
+	if (!id || !id->srq)
+		return;
+	ibv_destroy_srq(id->srq);
+	id->srq = NULL;
+	if (!id->qp)
+		destroy_cqs(to_cma_id(id));
+}
+
+/* --- endpoints ----------------------------------------------------------------------- */
+
+int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
+		   struct ibv_qp_init_attr *qp_init_attr)
+{
+	struct rdma_cm_id *cm_id;
+	struct cma_id *cid;
+	int ret;
+
+	if (!id || !res)
+		return fail(EINVAL);
+	ret = rdma_create_id(NULL, &cm_id, NULL, (enum rdma_port_space)res->ai_port_space);
+	if (ret)
+		return ret;
+	cid = to_cma_id(cm_id);
+	if (res->ai_flags & RAI_PASSIVE) {
+		ret = rdma_bind_addr(cm_id, res->ai_src_addr);
+		if (ret)
+			goto err;
+		/* What rdma_get_request gives each new connection. */
+		if (qp_init_attr) {
+			cid->ep_qp_attr = malloc(sizeof(*qp_init_attr));
+			if (!cid->ep_qp_attr) {
+				errno = ENOMEM;
+				ret = -1;
+				goto err;
+			}
+			*cid->ep_qp_attr = *qp_init_attr;
+		}
+		cid->ep_pd = pd;
+		*id = cm_id;
+		return 0;
+	}
+	ret = rdma_resolve_addr(cm_id, res->ai_src_len ? res->ai_src_addr : NULL,
+				res->ai_dst_addr, 2000);
+	if (ret)
+		goto err;
+	ret = rdma_resolve_route(cm_id, 2000);
+	if (ret)
+		goto err;
+	if (qp_init_attr) {
+		ret = rdma_create_qp(cm_id, pd, qp_init_attr);
+		if (ret)
+			goto err;
+	}
+	*id = cm_id;
+	return 0;
+err: {
+		int err = errno;
+
+		rdma_destroy_id(cm_id);
+		errno = err;
+	}
+	return -1;
+}
+
+void rdma_destroy_ep(struct rdma_cm_id *id)
+{
+	if (!id)
+		return;
+	if (id->qp)
+		rdma_destroy_qp(id);
+	if (id->srq)
+		rdma_destroy_srq(id);
+	rdma_destroy_id(id);
+}
+
+int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
+{
+	struct cma_id *l = to_cma_id(listen);
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *new_id;
+	int ret;
+
+	if (!listen || !id)
+		return fail(EINVAL);
+	if (!l->sync)
+		return fail(EINVAL);
+	for (;;) {
+		ret = rdma_get_cm_event(listen->channel, &ev);
+		if (ret)
+			return ret;
+		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST && !ev->status)
+			break;
+		rdma_ack_cm_event(ev);
+	}
+	new_id = ev->id;
+	/* The new id is synchronous too; it keeps the request as its id->event. */
+	ret = rdma_migrate_id(new_id, NULL);
+	if (ret)
+		goto err;
+	new_id->event = ev;
+	if (l->ep_qp_attr) {
+		struct ibv_qp_init_attr attr = *l->ep_qp_attr;
+
+		ret = rdma_create_qp(new_id, l->ep_pd, &attr);
+		if (ret)
+			goto err;
+	}
+	*id = new_id;
+	return 0;
+err: {
+		int err = errno;
+
+		rdma_reject(new_id, NULL, 0);
+		new_id->event = NULL;
+		rdma_ack_cm_event(ev);
+		rdma_destroy_id(new_id);
+		errno = err;
+	}
+	return -1;
+}
