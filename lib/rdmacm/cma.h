@@ -31,13 +31,24 @@ enum {
 	CMA_PD_REJECT = 148,  /* REJ */
 	CMA_PD_UD_CONNECT = 180, /* SIDR REQ 216 - 36 */
 	CMA_PD_UD_ACCEPT = 136,  /* SIDR REP */
+	CMA_PD_UD_REJECT = 136,  /* SIDR REP with status REJECT */
 	CMA_PD_MAX = 196,
 };
 
-/* IB CM reject reasons rdma-core reports as a REJECTED event's status. */
+/* IB CM reject reasons rdma-core reports as a REJECTED event's status, and SIDR
+ * statuses it reports as a UD id's UNREACHABLE status. */
 enum {
 	CMA_REJ_INVALID_SERVICE_ID = 8, /* nobody listens on the port */
 	CMA_REJ_CONSUMER_DEFINED = 28,  /* rdma_reject */
+	CMA_SIDR_UNSUPPORTED = 1,       /* UD: nobody listens */
+	CMA_SIDR_REJECT = 2,            /* UD: rdma_reject */
+};
+
+/* The private data length a receiver sees: the whole IB CM message's field, zero
+ * padded after what the sender gave (rdma-core on RoCE). */
+enum {
+	CMA_PD_SEEN_REQ = 56, CMA_PD_SEEN_UD_REQ = 180, CMA_PD_SEEN_REP = 196,
+	CMA_PD_SEEN_UD_REP = 136, CMA_PD_SEEN_REJ = 148,
 };
 
 enum cma_state {
@@ -47,6 +58,7 @@ enum cma_state {
 	CMA_ROUTE_RESOLVED,
 	CMA_LISTEN,
 	CMA_CONNECT,        /* active: TCP connect / MPA request out, waiting for the reply */
+	CMA_REPLIED,        /* active: the reply is in, its event not yet read */
 	CMA_REQ_RCVD,       /* passive: CONNECT_REQUEST delivered, waiting for accept/reject */
 	CMA_ACCEPTED,       /* passive: reply sent, waiting for the active side's RTU */
 	CMA_RESPONSE,       /* active without a QP: CONNECT_RESPONSE delivered, waiting for
@@ -87,7 +99,18 @@ struct cma_event {
 	struct cma_id *owner;      /* the id whose channel it went to */
 	struct cma_id *child;      /* CONNECT_REQUEST: the new id, held until the ack */
 	bool dead;                 /* its id was destroyed before it was read */
+	uint8_t work;              /* enum cma_work: done when the user reads the event */
 	unsigned char pdata[CMA_PD_MAX];
+};
+
+/* What reading an event does to the id's QP. librdmacm changes a QP only inside the
+ * application's calls (here: rdma_get_cm_event), never behind its back: the
+ * application may have destroyed the QP itself by then. */
+enum cma_work {
+	CMA_WORK_NONE,
+	CMA_WORK_QP_ERROR, /* REJECTED and connect failures: the QP goes to ERROR */
+	CMA_WORK_REPLY,    /* the reply: QP to RTS and RTU, the event becomes ESTABLISHED
+			      (or stays CONNECT_RESPONSE when the id has no QP) */
 };
 
 struct cma_channel {
@@ -118,6 +141,9 @@ struct cma_id {
 	struct rdma_conn_param conn;  /* ours, as given to connect/accept */
 	unsigned char conn_pd[CMA_PD_MAX]; /* connect's private data, kept until sent */
 	bool req_sent;             /* active: the MPA request went out */
+	uint8_t resp_res;          /* negotiated: this side's responder resources (RTR) */
+	uint8_t init_depth;        /* negotiated: this side's initiator depth (RTS) */
+	uint8_t ack_timeout;       /* RDMA_OPTION_ID_ACK_TIMEOUT, 0: the default */
 	bool peer_closed;
 	bool own_cq;               /* rdma_create_qp made the CQs */
 
@@ -164,6 +190,8 @@ int cma_send_rtu(struct cma_id *id);
 uint32_t cma_random_psn(const struct cma_id *id);
 void cma_close_fd(struct cma_id *id);
 void cma_graveyard(struct cma_id *id);
+void cma_refuse_unanswered(struct cma_id *id);
+void cma_event_process(struct cma_event *e);
 
 /* cma_qp.c */
 int cma_qp_to_rts(struct cma_id *id);

@@ -20,12 +20,12 @@ static struct rdma_addrinfo *from_ai(const struct addrinfo *ai, const struct rdm
 		return NULL;
 	}
 	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
-	r->ai_flags = hints ? hints->ai_flags : 0;
+	r->ai_flags = passive ? RAI_PASSIVE : 0;
 	r->ai_family = ai->ai_family;
 	r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space :
-		hints && hints->ai_qp_type == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP;
+		ai->ai_socktype == SOCK_DGRAM ? RDMA_PS_UDP : RDMA_PS_TCP;
 	r->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type :
-		r->ai_port_space == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC;
+		ai->ai_socktype == SOCK_DGRAM ? IBV_QPT_UD : IBV_QPT_RC;
 	if (passive) {
 		r->ai_src_addr = sa;
 		r->ai_src_len = ai->ai_addrlen;
@@ -56,18 +56,38 @@ int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_ad
 		     struct rdma_addrinfo **res)
 {
 	struct addrinfo h, *ai = NULL, *i;
-	struct rdma_addrinfo *head = NULL, **tail = &head;
+	struct rdma_addrinfo *r;
 	int ret;
 
-	if (!res || (!node && !service && !(hints && hints->ai_flags & RAI_PASSIVE))) {
+	if (!res || (!node && !service && !hints)) {
 		errno = EINVAL;
 		return -1;
 	}
-	if (hints && hints->ai_port_space && hints->ai_port_space != RDMA_PS_TCP &&
-	    hints->ai_port_space != RDMA_PS_UDP && hints->ai_port_space != RDMA_PS_IB &&
-	    hints->ai_port_space != RDMA_PS_IPOIB) {
-		errno = EINVAL;
+	if (!cma_device())
 		return -1;
+	if (!node && !service) {
+		/* Only the hints: rdma-core hands back their addresses and flags. */
+		r = calloc(1, sizeof(*r));
+		if (!r) {
+			errno = ENOMEM;
+			return -1;
+		}
+		r->ai_flags = hints->ai_flags;
+		r->ai_family = hints->ai_family;
+		r->ai_qp_type = hints->ai_qp_type;
+		r->ai_port_space = hints->ai_port_space;
+		if (hints->ai_dst_addr && hints->ai_dst_len) {
+			r->ai_dst_addr = malloc(hints->ai_dst_len);
+			if (!r->ai_dst_addr) {
+				free(r);
+				errno = ENOMEM;
+				return -1;
+			}
+			memcpy(r->ai_dst_addr, hints->ai_dst_addr, hints->ai_dst_len);
+			r->ai_dst_len = hints->ai_dst_len;
+		}
+		*res = r;
+		return 0;
 	}
 	memset(&h, 0, sizeof(h));
 	h.ai_socktype = SOCK_STREAM;
@@ -76,44 +96,30 @@ int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_ad
 			h.ai_flags |= AI_PASSIVE;
 		if (hints->ai_flags & RAI_NUMERICHOST)
 			h.ai_flags |= AI_NUMERICHOST;
-		if (hints->ai_flags & RAI_FAMILY)
+		if (hints->ai_family != AF_IB)
 			h.ai_family = hints->ai_family;
-		else if (hints->ai_family == AF_INET || hints->ai_family == AF_INET6)
-			h.ai_family = hints->ai_family;
-		if (hints->ai_family == AF_IB) {
-			errno = EAFNOSUPPORT;
-			return -1;
-		}
+		if (hints->ai_qp_type == IBV_QPT_UD || hints->ai_port_space == RDMA_PS_UDP ||
+		    hints->ai_port_space == RDMA_PS_IPOIB)
+			h.ai_socktype = SOCK_DGRAM;
 	}
-	ret = getaddrinfo(node, service, &h, &ai);
-	if (ret) {
-		/* rdma-core passes getaddrinfo's EAI_* code through as the return value. */
-		if (ret == EAI_SYSTEM)
-			return -1;
-		errno = ret == EAI_MEMORY ? ENOMEM : ret == EAI_NONAME ? ENOENT : EINVAL;
+	/* rdma-core returns getaddrinfo's EAI_* code itself (negative), errno untouched. */
+	ret = getaddrinfo(node, service, hints ? &h : NULL, &ai);
+	if (ret)
 		return ret;
+	for (i = ai; i && i->ai_family != AF_INET && i->ai_family != AF_INET6; i = i->ai_next)
+		;
+	if (!i) {
+		freeaddrinfo(ai);
+		return EAI_FAMILY;
 	}
-	for (i = ai; i; i = i->ai_next) {
-		struct rdma_addrinfo *r;
-
-		if (i->ai_family != AF_INET && i->ai_family != AF_INET6)
-			continue;
-		r = from_ai(i, hints);
-		if (!r) {
-			freeaddrinfo(ai);
-			rdma_freeaddrinfo(head);
-			errno = ENOMEM;
-			return -1;
-		}
-		*tail = r;
-		tail = &r->ai_next;
-	}
+	/* The first answer only, as rdma-core. */
+	r = from_ai(i, hints);
 	freeaddrinfo(ai);
-	if (!head) {
-		errno = ENOENT;
-		return EAI_NONAME;
+	if (!r) {
+		errno = ENOMEM;
+		return -1;
 	}
-	*res = head;
+	*res = r;
 	return 0;
 }
 

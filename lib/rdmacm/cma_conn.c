@@ -101,11 +101,12 @@ void cma_graveyard(struct cma_id *id)
 	cma_kick();
 }
 
-static void post(struct cma_id *id, enum rdma_cm_event_type type, int status)
+static struct cma_event *post(struct cma_id *id, enum rdma_cm_event_type type, int status)
 {
 	struct cma_event *e = cma_event_new(id, type, status);
 
 	cma_event_post(e);
+	return e;
 }
 
 /* Sends all of @len bytes now: they are small and the socket is fresh. */
@@ -176,18 +177,20 @@ static int take_info(struct cma_id *id, const struct iw_mpa_frame *f)
 	return info.user_len;
 }
 
-static void copy_pdata(struct cma_event *e, const unsigned char *pd, int len)
+/* The event carries the peer's bytes zero padded to @seen, the size of the IB CM
+ * message's field, as rdma-core reports it. */
+static void copy_pdata(struct cma_event *e, const unsigned char *pd, int len, int seen)
 {
-	if (len > CMA_PD_MAX)
-		len = CMA_PD_MAX;
+	if (len > seen)
+		len = seen;
 	if (len > 0)
 		memcpy(e->pdata, pd, (size_t)len);
 	if (e->ev.id->qp_type == IBV_QPT_UD) {
-		e->ev.param.ud.private_data = len > 0 ? e->pdata : NULL;
-		e->ev.param.ud.private_data_len = (uint8_t)(len > 0 ? len : 0);
+		e->ev.param.ud.private_data = e->pdata;
+		e->ev.param.ud.private_data_len = (uint8_t)seen;
 	} else {
-		e->ev.param.conn.private_data = len > 0 ? e->pdata : NULL;
-		e->ev.param.conn.private_data_len = (uint8_t)(len > 0 ? len : 0);
+		e->ev.param.conn.private_data = e->pdata;
+		e->ev.param.conn.private_data_len = (uint8_t)seen;
 	}
 }
 
@@ -198,7 +201,8 @@ static void fill_conn_param(struct cma_id *id, struct rdma_conn_param *p)
 	p->responder_resources = id->remote.ord;
 	p->initiator_depth = id->remote.ird;
 	p->flow_control = 1;
-	p->retry_count = id->remote.retry;
+	/* A reply does not carry the retry count (IB CM REP). */
+	p->retry_count = id->parent || id->state == CMA_REQ_RCVD ? id->remote.retry : 0;
 	p->rnr_retry_count = id->remote.rnr_retry;
 	p->srq = id->remote.flags & CMA_INFO_SRQ ? 1 : 0;
 	p->qp_num = id->remote.qpn;
@@ -322,23 +326,50 @@ static void pending_request(struct cma_id *p, const struct iw_mpa_frame *f)
 	e->ev.id = &p->id;
 	e->ev.listen_id = &l->id;
 	e->child = p;
+	/* UD: the request carries only private data (SIDR REQ). */
 	if (p->id.qp_type == IBV_QPT_UD) {
-		fill_ud_param(p, &e->ev.param.ud);
+		copy_pdata(e, f->pd, user_len, CMA_PD_SEEN_UD_REQ);
 	} else {
+		p->resp_res = p->remote.ord;
+		p->init_depth = p->remote.ird;
 		fill_conn_param(p, &e->ev.param.conn);
+		copy_pdata(e, f->pd, user_len, CMA_PD_SEEN_REQ);
 	}
-	copy_pdata(e, f->pd, user_len);
 	cma_event_post(e);
 }
 
 /* --- the active side ----------------------------------------------------------------- */
 
+/* Nobody listens: a RoCE port's REJ for an unknown service ID, or SIDR "unsupported". */
+static void active_refused(struct cma_id *id)
+{
+	struct cma_event *e;
+
+	cma_close_fd(id);
+	id->state = CMA_ERROR;
+	if (id->id.qp_type == IBV_QPT_UD) {
+		e = cma_event_new(id, RDMA_CM_EVENT_UNREACHABLE, CMA_SIDR_UNSUPPORTED);
+		if (e)
+			copy_pdata(e, NULL, 0, CMA_PD_SEEN_UD_REP);
+	} else {
+		e = cma_event_new(id, RDMA_CM_EVENT_REJECTED, CMA_REJ_INVALID_SERVICE_ID);
+		if (e)
+			copy_pdata(e, NULL, 0, CMA_PD_SEEN_REJ);
+	}
+	if (e)
+		e->work = CMA_WORK_QP_ERROR;
+	cma_event_post(e);
+}
+
 static void active_fail(struct cma_id *id, enum rdma_cm_event_type type, int status)
 {
+	struct cma_event *e;
+
 	cma_close_fd(id);
-	cma_qp_to_error(id);
 	id->state = CMA_ERROR;
-	post(id, type, status);
+	e = post(id, type, status);
+	if (e)
+		e->work = CMA_WORK_QP_ERROR;
 }
 
 static void active_connected(struct cma_id *id)
@@ -349,7 +380,7 @@ static void active_connected(struct cma_id *id)
 
 	if (getsockopt(id->fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
 		if (err == ECONNREFUSED)
-			active_fail(id, RDMA_CM_EVENT_REJECTED, CMA_REJ_INVALID_SERVICE_ID);
+			active_refused(id);
 		else
 			active_fail(id, RDMA_CM_EVENT_UNREACHABLE, -(err ? err : EIO));
 		return;
@@ -377,12 +408,15 @@ static void active_reply(struct cma_id *id, const struct iw_mpa_frame *f)
 	if (f->flags & IW_MPA_FLAG_REJECT) {
 		user_len = take_info(id, f);
 		cma_close_fd(id);
-		cma_qp_to_error(id);
 		id->state = CMA_ERROR;
-		e = cma_event_new(id, id->id.qp_type == IBV_QPT_UD ? RDMA_CM_EVENT_UNREACHABLE :
-				  RDMA_CM_EVENT_REJECTED, CMA_REJ_CONSUMER_DEFINED);
+		if (id->id.qp_type == IBV_QPT_UD)
+			e = cma_event_new(id, RDMA_CM_EVENT_UNREACHABLE, CMA_SIDR_REJECT);
+		else
+			e = cma_event_new(id, RDMA_CM_EVENT_REJECTED, CMA_REJ_CONSUMER_DEFINED);
 		if (e) {
-			copy_pdata(e, f->pd, user_len < 0 ? f->pd_len : user_len);
+			copy_pdata(e, f->pd, user_len < 0 ? f->pd_len : user_len,
+				   id->id.qp_type == IBV_QPT_UD ? CMA_PD_SEEN_UD_REP : CMA_PD_SEEN_REJ);
+			e->work = CMA_WORK_QP_ERROR;
 			cma_event_post(e);
 		}
 		return;
@@ -399,30 +433,21 @@ static void active_reply(struct cma_id *id, const struct iw_mpa_frame *f)
 		e = cma_event_new(id, RDMA_CM_EVENT_ESTABLISHED, 0);
 		if (e) {
 			fill_ud_param(id, &e->ev.param.ud);
-			copy_pdata(e, f->pd, user_len);
+			copy_pdata(e, f->pd, user_len, CMA_PD_SEEN_UD_REP);
 			cma_event_post(e);
 		}
 		return;
 	}
-	if (!id->id.qp) {
-		/* The application drives its own QP: it calls rdma_establish. */
-		id->state = CMA_RESPONSE;
-		e = cma_event_new(id, RDMA_CM_EVENT_CONNECT_RESPONSE, 0);
-	} else {
-		int err = cma_qp_to_rts(id);
-
-		if (!err)
-			err = cma_send_rtu(id);
-		if (err) {
-			active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, err);
-			return;
-		}
-		id->state = CMA_CONNECTED;
-		e = cma_event_new(id, RDMA_CM_EVENT_ESTABLISHED, 0);
-	}
+	/* IB CM: each side's view is the peer's values swapped. */
+	id->resp_res = id->remote.ord;
+	id->init_depth = id->remote.ird;
+	/* The QP moves when the application reads the event (cma_event_process). */
+	id->state = CMA_REPLIED;
+	e = cma_event_new(id, RDMA_CM_EVENT_CONNECT_RESPONSE, 0);
 	if (e) {
+		e->work = CMA_WORK_REPLY;
 		fill_conn_param(id, &e->ev.param.conn);
-		copy_pdata(e, f->pd, user_len);
+		copy_pdata(e, f->pd, user_len, CMA_PD_SEEN_REP);
 		cma_event_post(e);
 	}
 }
@@ -436,6 +461,11 @@ static void peer_gone(struct cma_id *id)
 	case CMA_CONNECT:
 		active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
 		break;
+	case CMA_REPLIED:
+		/* Told when the reply's event is read. */
+		id->peer_closed = true;
+		cma_close_fd(id);
+		break;
 	case CMA_REQ_RCVD:
 		/* Told at rdma_accept. */
 		id->peer_closed = true;
@@ -444,13 +474,12 @@ static void peer_gone(struct cma_id *id)
 	case CMA_ACCEPTED:
 	case CMA_RESPONSE:
 		cma_close_fd(id);
-		cma_qp_to_error(id);
 		id->state = CMA_ERROR;
 		post(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
 		break;
 	case CMA_CONNECTED:
+		/* The QP is the application's: it calls rdma_disconnect, which stops it. */
 		cma_close_fd(id);
-		cma_qp_to_error(id);
 		id->state = CMA_DISCONNECTED;
 		post(id, RDMA_CM_EVENT_DISCONNECTED, 0);
 		break;
@@ -482,7 +511,7 @@ static void on_input(struct cma_id *id, uint32_t events)
 			pending_drop(id, "closed before its request");
 		else if (id->state == CMA_CONNECT && id->rx_len == 0 && n < 0 &&
 			 errno == ECONNREFUSED)
-			active_fail(id, RDMA_CM_EVENT_REJECTED, CMA_REJ_INVALID_SERVICE_ID);
+			active_refused(id);
 		else
 			peer_gone(id);
 		return;
@@ -549,7 +578,6 @@ static void on_timeout(struct cma_id *id)
 		break;
 	case CMA_ACCEPTED:
 		cma_close_fd(id);
-		cma_qp_to_error(id);
 		id->state = CMA_ERROR;
 		post(id, RDMA_CM_EVENT_CONNECT_ERROR, -ETIMEDOUT);
 		break;
@@ -663,11 +691,61 @@ int cma_thread_start(void)
 	return err ? fail(err) : 0;
 }
 
+/* --- reading an event ---------------------------------------------------------------- */
+
+/* Under cma_lock, in the thread that read @e. */
+void cma_event_process(struct cma_event *e)
+{
+	struct cma_id *id = e->owner;
+	int err;
+
+	switch (e->work) {
+	case CMA_WORK_QP_ERROR:
+		cma_qp_to_error(id);
+		break;
+	case CMA_WORK_REPLY:
+		if (id->state != CMA_REPLIED)
+			break;
+		if (!id->id.qp) {
+			/* The application drives its own QP: it calls rdma_establish. */
+			id->state = CMA_RESPONSE;
+			break;
+		}
+		err = id->peer_closed ? -ECONNRESET : cma_qp_to_rts(id);
+		if (!err)
+			err = cma_send_rtu(id);
+		if (err) {
+			cma_close_fd(id);
+			cma_qp_to_error(id);
+			id->state = CMA_ERROR;
+			e->ev.event = RDMA_CM_EVENT_CONNECT_ERROR;
+			e->ev.status = err;
+			break;
+		}
+		id->state = CMA_CONNECTED;
+		e->ev.event = RDMA_CM_EVENT_ESTABLISHED;
+		break;
+	default:
+		break;
+	}
+	e->work = CMA_WORK_NONE;
+}
+
 /* --- the calls ----------------------------------------------------------------------- */
 
 int cma_send_rtu(struct cma_id *id)
 {
 	return send_all(id->fd, CMA_RTU, CMA_RTU_LEN);
+}
+
+/* The device's RDMA read depth, what 0xFF (RDMA_MAX_RESP_RES / _INIT_DEPTH) asks for. */
+static uint8_t device_rd_atom(struct cma_id *id, bool initiator)
+{
+	struct ibv_device_attr attr;
+
+	if (!id->id.verbs || ibv_query_device(id->id.verbs, &attr))
+		return 0;
+	return (uint8_t)(initiator ? attr.max_qp_init_rd_atom : attr.max_qp_rd_atom);
 }
 
 int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
@@ -694,12 +772,20 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 			memcpy(cid->conn_pd, conn_param->private_data, conn_param->private_data_len);
 		cid->conn.private_data = cid->conn_pd;
 	} else {
-		/* rdma-core's defaults for a NULL conn_param. */
-		cid->conn.responder_resources = 1;
-		cid->conn.initiator_depth = 1;
+		/* rdma-core's defaults for a NULL conn_param: the device's depths. */
+		cid->conn.responder_resources = RDMA_MAX_RESP_RES;
+		cid->conn.initiator_depth = RDMA_MAX_INIT_DEPTH;
 		cid->conn.retry_count = 7;
 		cid->conn.rnr_retry_count = 7;
 	}
+	if (cid->conn.responder_resources == RDMA_MAX_RESP_RES)
+		cid->conn.responder_resources = device_rd_atom(cid, false);
+	if (cid->conn.initiator_depth == RDMA_MAX_INIT_DEPTH)
+		cid->conn.initiator_depth = device_rd_atom(cid, true);
+	if (cid->conn.retry_count > 7)
+		cid->conn.retry_count = 7;
+	if (cid->conn.rnr_retry_count > 7)
+		cid->conn.rnr_retry_count = 7;
 	if (!cid->id.qp && !conn_param && cid->id.qp_type != IBV_QPT_UD)
 		err = EINVAL; /* nobody to say which QP connects */
 	cid->psn = cma_random_psn(cid);
@@ -712,7 +798,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		/* Loopback can refuse at once: the same event as a refusal seen later. */
 		err = 0;
 		cid->state = CMA_CONNECT;
-		active_fail(cid, RDMA_CM_EVENT_REJECTED, CMA_REJ_INVALID_SERVICE_ID);
+		active_refused(cid);
 	} else if (!err) {
 		cid->state = CMA_CONNECT;
 		cid->deadline_ns = now_ns() + REPLY_WAIT_NS;
@@ -726,6 +812,14 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	return 0;
 }
 
+/* Refuses the request in front of @id (under cma_lock): R bit, @pd as private data. */
+static void refuse(struct cma_id *id, const void *pd, uint8_t len)
+{
+	if (!id->peer_closed && id->fd >= 0)
+		send_frame(id, IW_MPA_REPLY, IW_MPA_FLAG_REJECT, pd, len, false);
+	cma_close_fd(id);
+}
+
 int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 {
 	struct cma_id *cid = to_cma_id(id);
@@ -735,28 +829,39 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 
 	if (!id)
 		return fail(EINVAL);
-	if (conn_param && conn_param->private_data_len &&
-	    (conn_param->private_data_len > max || !conn_param->private_data))
-		return fail(EINVAL);
 	pthread_mutex_lock(&cma_lock);
 	if (cid->state != CMA_REQ_RCVD) {
 		pthread_mutex_unlock(&cma_lock);
 		return fail(EINVAL);
 	}
 	memset(&cid->conn, 0, sizeof(cid->conn));
-	if (conn_param) {
+	if (conn_param)
 		cid->conn = *conn_param;
-	} else {
-		/* rdma-core: accept with what the request asked for. */
-		cid->conn.responder_resources = cid->remote.ord;
-		cid->conn.initiator_depth = cid->remote.ird;
-		cid->conn.rnr_retry_count = 7;
-	}
+	if (!conn_param || cid->conn.responder_resources == RDMA_MAX_RESP_RES)
+		cid->conn.responder_resources = cid->resp_res;
+	if (!conn_param || cid->conn.initiator_depth == RDMA_MAX_INIT_DEPTH)
+		cid->conn.initiator_depth = cid->init_depth;
+	if (!conn_param)
+		cid->conn.rnr_retry_count = cid->remote.rnr_retry;
+	if (!ud && (cid->conn.responder_resources > device_rd_atom(cid, false) ||
+		    cid->conn.initiator_depth > device_rd_atom(cid, true)))
+		err = EINVAL;
 	if (!cid->id.qp && !conn_param)
 		err = EINVAL;
-	cid->psn = cma_random_psn(cid);
-	if (!err && !ud && cid->id.qp)
-		err = -cma_qp_to_rts(cid);
+	if (!err && conn_param && conn_param->private_data_len &&
+	    (conn_param->private_data_len > max || !conn_param->private_data)) {
+		/* rdma-core: the failed accept rejects the request (REJ 28 / SIDR REJECT). */
+		err = EINVAL;
+		refuse(cid, NULL, 0);
+		cid->state = CMA_ERROR;
+	}
+	if (!err) {
+		cid->resp_res = cid->conn.responder_resources;
+		cid->init_depth = cid->conn.initiator_depth;
+		cid->psn = ud ? 0 : cma_random_psn(cid);
+		if (!ud && cid->id.qp)
+			err = -cma_qp_to_rts(cid);
+	}
 	if (!err && cid->peer_closed) {
 		cma_qp_to_error(cid);
 		cid->state = CMA_ERROR;
@@ -781,10 +886,17 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 			cid->deadline_ns = now_ns() + REPLY_WAIT_NS;
 			cma_kick();
 		}
+	} else if (cid->state != CMA_ERROR) {
+		cma_qp_to_error(cid);
 	}
 	pthread_mutex_unlock(&cma_lock);
 	if (err)
 		return fail(err);
+	/* A synchronous id is done with its request event. */
+	if (cid->sync && ud && cid->id.event) {
+		rdma_ack_cm_event(cid->id.event);
+		cid->id.event = NULL;
+	}
 	if (cid->sync && !ud)
 		return cma_wait_event(cid, RDMA_CM_EVENT_ESTABLISHED);
 	return 0;
@@ -793,23 +905,28 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 static int reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
 {
 	struct cma_id *cid = to_cma_id(id);
+	uint8_t max = id && id->qp_type == IBV_QPT_UD ? CMA_PD_UD_REJECT : CMA_PD_REJECT;
 
 	if (!id)
 		return fail(EINVAL);
-	if (private_data_len && (private_data_len > CMA_PD_REJECT || !private_data))
+	if (private_data_len && (private_data_len > max || !private_data))
 		return fail(EINVAL);
 	pthread_mutex_lock(&cma_lock);
 	if (cid->state != CMA_REQ_RCVD) {
 		pthread_mutex_unlock(&cma_lock);
 		return fail(EINVAL);
 	}
-	if (!cid->peer_closed)
-		send_frame(cid, IW_MPA_REPLY, IW_MPA_FLAG_REJECT, private_data, private_data_len,
-			   false);
-	cma_close_fd(cid);
+	refuse(cid, private_data, private_data_len);
 	cid->state = CMA_IDLE;
 	pthread_mutex_unlock(&cma_lock);
 	return 0;
+}
+
+/* Destroying an id whose request was never answered rejects it (IB CM: REJ 28). */
+void cma_refuse_unanswered(struct cma_id *id)
+{
+	if (id->state == CMA_REQ_RCVD)
+		refuse(id, NULL, 0);
 }
 
 int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
@@ -843,15 +960,15 @@ int rdma_disconnect(struct rdma_cm_id *id)
 	struct cma_id *cid = to_cma_id(id);
 	int err = 0;
 
-	if (!id)
+	if (!id || !id->verbs)
 		return fail(EINVAL);
 	pthread_mutex_lock(&cma_lock);
 	switch (cid->state) {
 	case CMA_CONNECTED:
 	case CMA_ACCEPTED:
 	case CMA_RESPONSE:
-		/* IBA: the QP stops (ERROR, flushing what is posted); the peer sees the end
-		 * of the stream, and each side gets one DISCONNECTED. */
+		/* rdma-core moves the QP to ERROR first (flushing what is posted); the peer
+		 * sees the end of the stream; each side gets one DISCONNECTED. */
 		cma_qp_to_error(cid);
 		if (cid->fd >= 0)
 			shutdown(cid->fd, SHUT_WR);
@@ -859,13 +976,22 @@ int rdma_disconnect(struct rdma_cm_id *id)
 		cid->state = CMA_DISCONNECTED;
 		if (cid->id.qp_type != IBV_QPT_UD)
 			post(cid, RDMA_CM_EVENT_DISCONNECTED, 0);
+		else
+			err = EINVAL;
 		break;
 	case CMA_DISCONNECTED:
-		break; /* the peer went first */
+		/* The peer went first: its DISCONNECTED is this side's too. */
+		cma_qp_to_error(cid);
+		pthread_mutex_unlock(&cma_lock);
+		return 0;
 	default:
 		err = EINVAL;
 		break;
 	}
 	pthread_mutex_unlock(&cma_lock);
-	return err ? fail(err) : 0;
+	if (err)
+		return fail(err);
+	if (cid->sync)
+		return cma_wait_event(cid, RDMA_CM_EVENT_DISCONNECTED);
+	return 0;
 }

@@ -26,7 +26,7 @@ const char *const cma_state_name[] = {
 	[CMA_IDLE] = "IDLE",           [CMA_ADDR_QUERY] = "ADDR_QUERY",
 	[CMA_ADDR_BOUND] = "ADDR_BOUND", [CMA_ROUTE_RESOLVED] = "ROUTE_RESOLVED",
 	[CMA_LISTEN] = "LISTEN",       [CMA_CONNECT] = "CONNECT",
-	[CMA_REQ_RCVD] = "REQ_RCVD",   [CMA_ACCEPTED] = "ACCEPTED",
+	[CMA_REPLIED] = "REPLIED",     [CMA_REQ_RCVD] = "REQ_RCVD",   [CMA_ACCEPTED] = "ACCEPTED",
 	[CMA_RESPONSE] = "RESPONSE",   [CMA_CONNECTED] = "CONNECTED",
 	[CMA_DISCONNECTED] = "DISCONNECTED", [CMA_ERROR] = "ERROR",
 };
@@ -288,6 +288,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 			e->owner->events_out++;
 			if (e->child)
 				e->child->events_out++;
+			cma_event_process(e);
 		}
 		pthread_mutex_unlock(&cma_lock);
 		if (e) {
@@ -445,6 +446,7 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 		event_ack_locked(last);
 	}
 	cid->destroyed = true;
+	cma_refuse_unanswered(cid);
 	cma_close_fd(cid);
 	while (cid->pending) {
 		struct cma_id *p = cid->pending;
@@ -807,8 +809,9 @@ int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval,
 			cid->afonly = *(int *)optval != 0;
 			return 0;
 		case RDMA_OPTION_ID_ACK_TIMEOUT:
-			if (optlen != sizeof(uint8_t))
+			if (optlen != sizeof(uint8_t) || id->qp_type != IBV_QPT_RC)
 				return fail(EINVAL);
+			cid->ack_timeout = *(uint8_t *)optval;
 			return 0;
 		default:
 			return fail(ENOSYS);

@@ -57,42 +57,45 @@ void cma_fill_info(struct cma_id *id, struct cma_info *info, uint8_t user_len)
 	info->magic = htonl(CMA_INFO_MAGIC);
 }
 
-/* The attributes of the move to qp_attr->qp_state, as rdma_init_qp_attr gives them. */
+/* The attributes of the move to qp_attr->qp_state, as rdma_init_qp_attr gives them
+ * (the kernel's IB CM values on a RoCE port). */
 static int init_attr(struct cma_id *id, struct ibv_qp_attr *a, int *mask)
 {
 	enum ibv_qp_state to = a->qp_state;
 	bool ud = id->id.qp_type == IBV_QPT_UD;
+	bool peer_known = id->state >= CMA_CONNECT && id->state != CMA_LISTEN;
 
+	if ((unsigned)to > IBV_QPS_ERR)
+		return EINVAL;
 	memset(a, 0, sizeof(*a));
 	a->qp_state = to;
-	switch (to) {
-	case IBV_QPS_INIT:
+	/* Before a connection exists, and for UD, every state gets the INIT values. */
+	if (ud || !peer_known || to == IBV_QPS_INIT) {
 		a->pkey_index = 0;
 		a->port_num = 1;
 		*mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
 		if (ud) {
 			a->qkey = RDMA_UDP_QKEY;
 			*mask |= IBV_QP_QKEY;
-		} else {
-			/* IB CM: remote write always; read and atomics once responder
-			 * resources are offered (set again at RTR). */
+			return 0;
+		}
+		/* IB CM: remote write; read and atomics when this side gives responder
+		 * resources. Nothing before the peer is known. */
+		*mask |= IBV_QP_ACCESS_FLAGS;
+		if (peer_known) {
 			a->qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-			if (id->conn.responder_resources)
+			if (id->resp_res)
 				a->qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-			*mask |= IBV_QP_ACCESS_FLAGS;
 		}
 		return 0;
+	}
+	switch (to) {
 	case IBV_QPS_RTR:
-		*mask = IBV_QP_STATE;
-		if (ud)
-			return 0;
-		if (id->state < CMA_CONNECT)
-			return EINVAL; /* nothing known of the peer yet */
 		a->path_mtu = id->path.mtu ? id->path.mtu : IBV_MTU_1024;
 		a->dest_qp_num = id->remote.qpn;
 		a->rq_psn = id->remote.psn;
-		a->max_dest_rd_atomic = clamp_rd_atom(id, id->conn.responder_resources);
-		a->min_rnr_timer = 12;
+		a->max_dest_rd_atomic = clamp_rd_atom(id, id->resp_res);
+		a->min_rnr_timer = 0;
 		a->ah_attr.is_global = 1;
 		memcpy(a->ah_attr.grh.dgid.raw, id->remote.gid, 16);
 		a->ah_attr.grh.sgid_index = (uint8_t)sgid_index(id);
@@ -100,31 +103,28 @@ static int init_attr(struct cma_id *id, struct ibv_qp_attr *a, int *mask)
 		a->ah_attr.grh.traffic_class = id->tos;
 		a->ah_attr.dlid = ntohs(id->path.dlid);
 		a->ah_attr.port_num = 1;
-		a->qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-		if (a->max_dest_rd_atomic)
-			a->qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-		*mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_ACCESS_FLAGS;
+		*mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 		return 0;
-	case IBV_QPS_RTS:
+	case IBV_QPS_RTS: {
+		bool passive = id->state == CMA_REQ_RCVD || id->state == CMA_ACCEPTED;
+
 		a->sq_psn = id->psn;
-		*mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-		if (ud)
-			return 0;
-		if (id->state < CMA_CONNECT)
-			return EINVAL;
-		a->timeout = 14;
-		/* The active side's counts rule both ends (the request carries them). */
-		a->retry_cnt = id->remote.retry && id->state == CMA_REQ_RCVD ?
-			id->remote.retry : id->conn.retry_count;
+		a->timeout = id->ack_timeout ? id->ack_timeout : 18;
+		/* The active side's retry count rules both ends; the RNR retry count is
+		 * the one the peer sent. */
+		a->retry_cnt = passive ? id->remote.retry : id->conn.retry_count;
+		a->rnr_retry = passive ? id->conn.rnr_retry_count : id->remote.rnr_retry;
 		a->retry_cnt = a->retry_cnt > 7 ? 7 : a->retry_cnt;
-		a->rnr_retry = id->conn.rnr_retry_count > 7 ? 7 : id->conn.rnr_retry_count;
-		a->max_rd_atomic = clamp_rd_atom(id, id->conn.initiator_depth);
-		*mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-			 IBV_QP_MAX_QP_RD_ATOMIC;
+		a->rnr_retry = a->rnr_retry > 7 ? 7 : a->rnr_retry;
+		a->max_rd_atomic = clamp_rd_atom(id, id->init_depth);
+		*mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
 		return 0;
+	}
 	default:
-		return EINVAL;
+		*mask = IBV_QP_STATE;
+		return 0;
 	}
 }
 
@@ -155,14 +155,19 @@ static int modify(struct cma_id *id, enum ibv_qp_state to)
 /* A new QP goes to INIT (RC/UC) or all the way to RTS (UD: nothing to wait for). */
 int cma_qp_init(struct cma_id *id, struct ibv_qp *qp)
 {
+	struct ibv_qp_attr a;
 	int err;
 
 	(void)qp;
 	err = modify(id, IBV_QPS_INIT);
 	if (!err && id->id.qp_type == IBV_QPT_UD) {
-		err = modify(id, IBV_QPS_RTR);
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_RTR;
+		err = ibv_modify_qp(id->id.qp, &a, IBV_QP_STATE);
+		a.qp_state = IBV_QPS_RTS;
+		a.sq_psn = 0;
 		if (!err)
-			err = modify(id, IBV_QPS_RTS);
+			err = ibv_modify_qp(id->id.qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
 	}
 	return err;
 }
@@ -183,7 +188,10 @@ int cma_qp_to_rts(struct cma_id *id)
 		    cur.qp_state != IBV_QPS_INIT)
 			return 0;
 	}
-	err = modify(id, IBV_QPS_RTR);
+	/* INIT again with the access the connection gives, then RTR and RTS. */
+	err = modify(id, IBV_QPS_INIT);
+	if (!err)
+		err = modify(id, IBV_QPS_RTR);
 	if (!err)
 		err = modify(id, IBV_QPS_RTS);
 	if (err)
@@ -397,6 +405,10 @@ int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv
 	if (ret)
 		return ret;
 	cid = to_cma_id(cm_id);
+	if (res->ai_qp_type)
+		cm_id->qp_type = (enum ibv_qp_type)res->ai_qp_type;
+	if (qp_init_attr && res->ai_qp_type)
+		qp_init_attr->qp_type = (enum ibv_qp_type)res->ai_qp_type;
 	if (res->ai_flags & RAI_PASSIVE) {
 		ret = rdma_bind_addr(cm_id, res->ai_src_addr);
 		if (ret)
@@ -460,16 +472,24 @@ int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
 		return fail(EINVAL);
 	if (!l->sync)
 		return fail(EINVAL);
-	for (;;) {
-		ret = rdma_get_cm_event(listen->channel, &ev);
-		if (ret)
-			return ret;
-		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST && !ev->status)
-			break;
-		rdma_ack_cm_event(ev);
+	if (listen->event) {
+		rdma_ack_cm_event(listen->event);
+		listen->event = NULL;
+	}
+	ret = rdma_get_cm_event(listen->channel, &ev);
+	if (ret)
+		return ret;
+	if (ev->status) {
+		listen->event = ev;
+		return fail(ev->status < 0 ? -ev->status : ev->status);
+	}
+	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+		listen->event = ev;
+		return fail(EINVAL);
 	}
 	new_id = ev->id;
-	/* The new id is synchronous too; it keeps the request as its id->event. */
+	/* The new id is synchronous too; it keeps the request as its id->event until
+	 * rdma_accept, rdma_reject or rdma_destroy_id. */
 	ret = rdma_migrate_id(new_id, NULL);
 	if (ret)
 		goto err;
@@ -487,7 +507,8 @@ err: {
 		int err = errno;
 
 		rdma_reject(new_id, NULL, 0);
-		new_id->event = NULL;
+		if (new_id->event == ev)
+			new_id->event = NULL;
 		rdma_ack_cm_event(ev);
 		rdma_destroy_id(new_id);
 		errno = err;
