@@ -1,11 +1,11 @@
 #!/bin/bash
-# Our libibverbs.so.1 must export what Debian's rdma-core 44 libibverbs.so.1 exports, node
-# for node: programs and provider libraries linked against the real one (BIND_NOW) load
-# against ours only if every name@version they import is there.
+# Our libibverbs.so.1 and librdmacm.so.1 must export what Debian's rdma-core 44 libraries
+# export, node for node: programs and provider libraries linked against the real ones
+# (BIND_NOW) load against ours only if every name@version they import is there.
 #
 # usage: test_exports.sh BUILD_DIR        (ctest runs it with the build tree)
-# Checks, each counted:
-#   - SONAME is libibverbs.so.1
+# Checks, each counted, for each of the two libraries:
+#   - the SONAME is the system's
 #   - the set of version nodes is the system's (plus any SOFTVERBS_* of our own)
 #   - every node has the system's parent
 #   - the default (@@) symbols are exactly the system's, each in the same node
@@ -16,21 +16,17 @@ set -u
 export LC_ALL=C
 
 build=${1:?usage: test_exports.sh BUILD_DIR}
-ours=$build/lib/libibverbs.so.1
-sys=${SV_SYSTEM_LIBIBVERBS:-/usr/lib/x86_64-linux-gnu/libibverbs.so.1}
+sysdir=${SV_SYSTEM_LIBDIR:-/usr/lib/x86_64-linux-gnu}
 
-if [ ! -e "$sys" ]; then
-	echo "SKIP: system library $sys not found (install Debian's libibverbs1)"
-	exit 77
-fi
+for lib in libibverbs.so.1 librdmacm.so.1; do
+	if [ ! -e "$sysdir/$lib" ]; then
+		echo "SKIP: system library $sysdir/$lib not found (install Debian's libibverbs1 and librdmacm1)"
+		exit 77
+	fi
+done
 if ! command -v readelf >/dev/null; then
 	echo "SKIP: readelf not found (install binutils)"
 	exit 77
-fi
-if [ ! -e "$ours" ]; then
-	echo "FAIL: $ours not found; build the ibverbs target first"
-	echo "exports: 0 passed, 1 failed"
-	exit 1
 fi
 
 tmp=$(mktemp -d) || exit 1
@@ -72,78 +68,91 @@ version_nodes() {
 	' | sort -u
 }
 
-default_syms "$sys" >"$tmp/sys.syms"
-default_syms "$ours" >"$tmp/ours.all.syms"
-version_nodes "$sys" >"$tmp/sys.nodes"
-version_nodes "$ours" >"$tmp/ours.all.nodes"
+# check_lib LIB: every check above for build/lib/LIB against the system's LIB.
+check_lib() {
+	lib=$1
+	ours=$build/lib/$lib
+	sys=$sysdir/$lib
+	if [ ! -e "$ours" ]; then
+		fail "$ours not found; build the project first"
+		return
+	fi
+	default_syms "$sys" >"$tmp/sys.syms"
+	default_syms "$ours" >"$tmp/ours.all.syms"
+	version_nodes "$sys" >"$tmp/sys.nodes"
+	version_nodes "$ours" >"$tmp/ours.all.nodes"
 
-# Our own private interface may add SOFTVERBS_* nodes and the symbols in them.
-grep -v '^SOFTVERBS_' "$tmp/ours.all.nodes" >"$tmp/ours.nodes"
-grep -v '@@SOFTVERBS_' "$tmp/ours.all.syms" >"$tmp/ours.syms"
+	# Our own private interface may add SOFTVERBS_* nodes and the symbols in them.
+	grep -v '^SOFTVERBS_' "$tmp/ours.all.nodes" >"$tmp/ours.nodes"
+	grep -v '@@SOFTVERBS_' "$tmp/ours.all.syms" >"$tmp/ours.syms"
 
-if [ ! -s "$tmp/sys.syms" ] || [ ! -s "$tmp/sys.nodes" ]; then
-	fail "could not read the exports of $sys"
-	echo "exports: $passed passed, $failed failed"
-	exit 1
-fi
+	if [ ! -s "$tmp/sys.syms" ] || [ ! -s "$tmp/sys.nodes" ]; then
+		fail "could not read the exports of $sys"
+		return
+	fi
 
-# Prints "  missing: X" for lines only in $1 (the system) and "  extra: X" for lines only
-# in $2 (ours); returns 1 when there is any.
-report_diff() {
-	comm -23 "$1" "$2" | sed 's/^/  missing: /' >"$tmp/diff"
-	comm -13 "$1" "$2" | sed 's/^/  extra:   /' >>"$tmp/diff"
-	[ -s "$tmp/diff" ] || return 0
-	cat "$tmp/diff"
-	return 1
+	# Prints "  missing: X" for lines only in $1 (the system) and "  extra: X" for lines only
+	# in $2 (ours); returns 1 when there is any.
+	report_diff() {
+		comm -23 "$1" "$2" | sed 's/^/  missing: /' >"$tmp/diff"
+		comm -13 "$1" "$2" | sed 's/^/  extra:   /' >>"$tmp/diff"
+		[ -s "$tmp/diff" ] || return 0
+		cat "$tmp/diff"
+		return 1
+	}
+
+	# --- SONAME
+	soname=$(readelf -d -W "$ours" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
+	if [ "$soname" = "$lib" ]; then
+		pass "$lib: SONAME is $lib"
+	else
+		fail "$lib: SONAME is '${soname:-<none>}', want $lib"
+	fi
+
+	# --- version nodes and their parents
+	cut -d' ' -f1 "$tmp/sys.nodes" >"$tmp/sys.names"
+	cut -d' ' -f1 "$tmp/ours.nodes" >"$tmp/ours.names"
+	if report_diff "$tmp/sys.names" "$tmp/ours.names"; then
+		pass "$lib: version nodes match ($(wc -l <"$tmp/sys.names") nodes)"
+	else
+		fail "$lib: version nodes differ from $sys (missing: only there; extra: only ours)"
+	fi
+	join "$tmp/sys.nodes" "$tmp/ours.nodes" | awk '$2 != $3 {
+		printf "  %s: parent %s, system has %s\n", $1, $3, $2 }' >"$tmp/parents"
+	if [ -s "$tmp/parents" ]; then
+		cat "$tmp/parents"
+		fail "$lib: version node parents differ (lines above)"
+	else
+		pass "$lib: version node parents match"
+	fi
+
+	# --- default symbols, node by node
+	cut -d' ' -f1 "$tmp/sys.syms" >"$tmp/sys.names"
+	cut -d' ' -f1 "$tmp/ours.syms" >"$tmp/ours.names"
+	if report_diff "$tmp/sys.names" "$tmp/ours.names"; then
+		pass "$lib: default symbols match ($(wc -l <"$tmp/sys.names") name@@version)"
+	else
+		fail "$lib: default symbols differ from $sys (missing: only there; extra: only ours)"
+	fi
+
+	# --- symbol types, for the symbols both export
+	join "$tmp/sys.syms" "$tmp/ours.syms" | awk '$2 != $4 {
+		printf "  %s: %s, system has %s\n", $1, $4, $2 }' >"$tmp/types"
+	if [ -s "$tmp/types" ]; then
+		cat "$tmp/types"
+		fail "$lib: symbol types differ (lines above)"
+	else
+		pass "$lib: symbol types match"
+	fi
 }
 
-# --- SONAME
-soname=$(readelf -d -W "$ours" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
-if [ "$soname" = libibverbs.so.1 ]; then
-	pass "SONAME is libibverbs.so.1"
-else
-	fail "SONAME is '${soname:-<none>}', want libibverbs.so.1"
-fi
-
-# --- version nodes and their parents
-cut -d' ' -f1 "$tmp/sys.nodes" >"$tmp/sys.names"
-cut -d' ' -f1 "$tmp/ours.nodes" >"$tmp/ours.names"
-if report_diff "$tmp/sys.names" "$tmp/ours.names"; then
-	pass "version nodes match ($(wc -l <"$tmp/sys.names") nodes)"
-else
-	fail "version nodes differ from $sys (missing: only there; extra: only ours)"
-fi
-join "$tmp/sys.nodes" "$tmp/ours.nodes" | awk '$2 != $3 {
-	printf "  %s: parent %s, system has %s\n", $1, $3, $2 }' >"$tmp/parents"
-if [ -s "$tmp/parents" ]; then
-	cat "$tmp/parents"
-	fail "version node parents differ (lines above)"
-else
-	pass "version node parents match"
-fi
-
-# --- default symbols, node by node
-cut -d' ' -f1 "$tmp/sys.syms" >"$tmp/sys.names"
-cut -d' ' -f1 "$tmp/ours.syms" >"$tmp/ours.names"
-if report_diff "$tmp/sys.names" "$tmp/ours.names"; then
-	pass "default symbols match ($(wc -l <"$tmp/sys.names") name@@version)"
-else
-	fail "default symbols differ from $sys (missing: only there; extra: only ours)"
-fi
-
-# --- symbol types, for the symbols both export
-join "$tmp/sys.syms" "$tmp/ours.syms" | awk '$2 != $4 {
-	printf "  %s: %s, system has %s\n", $1, $4, $2 }' >"$tmp/types"
-if [ -s "$tmp/types" ]; then
-	cat "$tmp/types"
-	fail "symbol types differ (lines above)"
-else
-	pass "symbol types match"
-fi
+check_lib libibverbs.so.1
+cp "$tmp/ours.all.syms" "$tmp/ibverbs.all.syms"
+check_lib librdmacm.so.1
 
 # --- the providers' data object: libmlx5 and libefa read it as a 1-byte bool
 obj=$(awk '$1 == "verbs_allow_disassociate_destroy@@IBVERBS_PRIVATE_34" {
-	print $2, $3 }' "$tmp/ours.all.syms")
+	print $2, $3 }' "$tmp/ibverbs.all.syms")
 if [ "$obj" = "OBJECT 1" ]; then
 	pass "verbs_allow_disassociate_destroy@@IBVERBS_PRIVATE_34 is a 1-byte OBJECT"
 else
