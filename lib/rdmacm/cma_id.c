@@ -460,6 +460,7 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 			continue;
 		e->dead = true;
 		if (e->child) {
+			cma_refuse_unanswered(e->child);
 			cma_close_fd(e->child);
 			e->child->destroyed = true;
 			if (!e->child->events_out)
