@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cmake --install to a prefix gives the library with its SONAME links, the CLI and a
+# cmake --install to a prefix gives the libraries with their SONAME links, the CLI and a
 # softverbs.pc that points at that prefix; the installed CLI runs programs on the
 # installed library.
 . "$(dirname "$0")/lib.sh" "$1"
@@ -13,6 +13,10 @@ lib=$(dirname "$(find "$P" -name 'libibverbs.so.1' | head -1)")
 check "libibverbs.so.1 installed" test -e "$lib/libibverbs.so.1"
 check "libibverbs.so links to the SONAME" test -L "$lib/libibverbs.so"
 check "SONAME is libibverbs.so.1" bash -c "readelf -d '$lib/libibverbs.so.1' | grep -q 'SONAME.*libibverbs.so.1'"
+check "librdmacm.so.1 installed beside it" test -e "$lib/librdmacm.so.1"
+check "SONAME is librdmacm.so.1" bash -c "readelf -d '$lib/librdmacm.so.1' | grep -q 'SONAME.*librdmacm.so.1'"
+check "librdmacm.so.1 finds the installed libibverbs.so.1" \
+  bash -c "LD_LIBRARY_PATH='$lib' ldd '$lib/librdmacm.so.1' | grep -q '$lib/libibverbs.so.1'"
 check "softverbs CLI installed" test -x "$P/bin/softverbs"
 pc=$(find "$P" -name softverbs.pc | head -1)
 check "softverbs.pc installed" test -n "$pc"
