@@ -476,13 +476,15 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 	return 0;
 }
 
-/* For a synchronous id: waits for its next event, keeps it in id->event and answers
- * 0 if it is @want with status 0, else -1 with errno as rdma-core sets it. */
+/* For a synchronous id: waits for its next event and keeps it in id->event. Like
+ * rdma-core's, it judges by the status only (@want documents the caller's intent):
+ * 0, or -1 with errno ECONNREFUSED for a reject, else the status as an errno. */
 int cma_wait_event(struct cma_id *id, enum rdma_cm_event_type want)
 {
 	struct rdma_cm_event *ev;
 	int status;
 
+	(void)want;
 	if (id->id.event) {
 		rdma_ack_cm_event(id->id.event);
 		id->id.event = NULL;
@@ -491,13 +493,11 @@ int cma_wait_event(struct cma_id *id, enum rdma_cm_event_type want)
 		return -1;
 	id->id.event = ev;
 	status = ev->status;
-	if (ev->event == want && !status)
+	if (!status)
 		return 0;
 	if (ev->event == RDMA_CM_EVENT_REJECTED)
 		return fail(ECONNREFUSED);
-	if (status < 0)
-		return fail(-status);
-	return fail(status ? status : EPROTO);
+	return fail(status < 0 ? -status : status);
 }
 
 /* Binds @id's TCP socket to @addr (port 0: one is picked). Under cma_lock. */
