@@ -87,7 +87,11 @@ struct cma_info {
 	uint32_t magic;
 };
 #define CMA_INFO_MAGIC 0x53564d31u /* "SVM1" */
-enum { CMA_INFO_SRQ = 1, CMA_INFO_VERSION = 1 };
+enum {
+	CMA_INFO_SRQ = 1,
+	CMA_INFO_NO_SERVICE = 2, /* in a reject: nobody listens in the requester's port space */
+	CMA_INFO_VERSION = 1,
+};
 
 /* After the MPA reply, the active side says "ready to use" with these 8 bytes. */
 #define CMA_RTU "SVCM-RTU"
@@ -98,7 +102,6 @@ struct cma_event {
 	struct cma_event *next;
 	struct cma_id *owner;      /* the id whose channel it went to */
 	struct cma_id *child;      /* CONNECT_REQUEST: the new id, held until the ack */
-	bool dead;                 /* its id was destroyed before it was read */
 	uint8_t work;              /* enum cma_work: done when the user reads the event */
 	unsigned char pdata[CMA_PD_MAX];
 };

@@ -286,10 +286,18 @@ static void pending_request(struct cma_id *p, const struct iw_mpa_frame *f)
 	struct cma_event *e;
 	int user_len = take_info(p, f);
 
-	if (user_len < 0 || (p->remote.qp_type == IBV_QPT_UD) != (l->id.qp_type == IBV_QPT_UD)) {
-		/* Not a softverbs peer, or a UD request to an RC listener: refuse it. */
+	if (user_len < 0) {
+		/* Not a softverbs peer: it cannot reach our QPs. */
 		send_frame(p, IW_MPA_REPLY, IW_MPA_FLAG_REJECT, NULL, 0, false);
-		pending_drop(p, user_len < 0 ? "peer is not softverbs" : "QP type mismatch");
+		pending_drop(p, "peer is not softverbs");
+		return;
+	}
+	if ((p->remote.qp_type == IBV_QPT_UD) != (l->id.qp_type == IBV_QPT_UD)) {
+		/* RDMA_PS_TCP and RDMA_PS_UDP are different services on the same port
+		 * number: for the requester nobody listens on its. */
+		p->conn.qp_num = 0;
+		send_frame(p, IW_MPA_REPLY, IW_MPA_FLAG_REJECT, NULL, 0, true);
+		pending_drop(p, "no listener in the requester's port space");
 		return;
 	}
 	for (pp = &l->pending; *pp; pp = &(*pp)->next_pending) {
@@ -407,6 +415,10 @@ static void active_reply(struct cma_id *id, const struct iw_mpa_frame *f)
 	id->deadline_ns = 0;
 	if (f->flags & IW_MPA_FLAG_REJECT) {
 		user_len = take_info(id, f);
+		if (user_len >= 0 && (id->remote.flags & CMA_INFO_NO_SERVICE)) {
+			active_refused(id);
+			return;
+		}
 		cma_close_fd(id);
 		id->state = CMA_ERROR;
 		if (id->id.qp_type == IBV_QPT_UD)
@@ -853,6 +865,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		/* rdma-core: the failed accept rejects the request (REJ 28 / SIDR REJECT). */
 		err = EINVAL;
 		refuse(cid, NULL, 0);
+		cma_qp_to_error(cid);
 		cid->state = CMA_ERROR;
 	}
 	if (!err) {

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -35,6 +36,12 @@ static int fail(int err)
 {
 	errno = err;
 	return -1;
+}
+
+/* SOFTVERBS_LOG applies to this library too (it has its own copy of the logger). */
+__attribute__((constructor)) static void cma_init(void)
+{
+	sv_log_init();
 }
 
 /* --- the device ---------------------------------------------------------------------- */
@@ -257,6 +264,30 @@ void cma_event_post(struct cma_event *e)
 		sv_err("rdma_cm: event channel count failed: %s", strerror(errno));
 }
 
+/* Takes @e off @c's queue with its count (under cma_lock). The fd's count always equals
+ * the events queued, and only holders of cma_lock take counts, so the read of one
+ * count never blocks. */
+static void channel_unlink(struct cma_channel *c, struct cma_event *e)
+{
+	struct cma_event **p;
+	uint64_t v;
+
+	for (p = &c->head; *p; p = &(*p)->next) {
+		if (*p != e)
+			continue;
+		*p = e->next;
+		if (c->tail == e) {
+			c->tail = NULL;
+			for (struct cma_event *x = c->head; x; x = x->next)
+				c->tail = x;
+		}
+		e->next = NULL;
+		if (read(c->ch.fd, &v, sizeof(v)) != sizeof(v))
+			sv_err("rdma_cm: event channel count lost: %s", strerror(errno));
+		return;
+	}
+}
+
 int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
 	struct cma_channel *c = (struct cma_channel *)channel;
@@ -264,11 +295,16 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	if (!c || !event)
 		return fail(EINVAL);
 	for (;;) {
+		struct pollfd pfd = { .fd = c->ch.fd, .events = POLLIN };
 		struct cma_event *e;
-		uint64_t v;
-		ssize_t r = read(c->ch.fd, &v, sizeof(v));
+		int flags;
 
-		if (r < 0) {
+		/* Wait (unless the application made the fd non-blocking) without taking a
+		 * count: counts are taken with the event, under the lock. */
+		flags = fcntl(c->ch.fd, F_GETFL);
+		if (flags < 0)
+			return -1;
+		if (poll(&pfd, 1, flags & O_NONBLOCK ? 0 : -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			return -1;
@@ -276,15 +312,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 		pthread_mutex_lock(&cma_lock);
 		e = c->head;
 		if (e) {
-			c->head = e->next;
-			if (!c->head)
-				c->tail = NULL;
-			e->next = NULL;
-		}
-		if (e && e->dead) {
-			free(e);
-			e = NULL;
-		} else if (e) {
+			channel_unlink(c, e);
 			e->owner->events_out++;
 			if (e->child)
 				e->child->events_out++;
@@ -295,6 +323,8 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 			*event = &e->ev;
 			return 0;
 		}
+		if (flags & O_NONBLOCK)
+			return fail(EAGAIN);
 	}
 }
 
@@ -428,7 +458,7 @@ void cma_id_release(struct cma_id *id)
 int rdma_destroy_id(struct rdma_cm_id *id)
 {
 	struct cma_id *cid = to_cma_id(id);
-	struct cma_event *e;
+	struct cma_event *e, *next;
 
 	if (!id)
 		return fail(EINVAL);
@@ -455,19 +485,19 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 		cma_id_release(p);
 	}
 	/* Events not yet read are dropped; a connect request's new id goes with its event. */
-	for (e = cid->chan ? cid->chan->head : NULL; e; e = e->next) {
-		if (e->owner != cid || e->dead)
+	for (e = cid->chan ? cid->chan->head : NULL; e; e = next) {
+		next = e->next;
+		if (e->owner != cid)
 			continue;
-		e->dead = true;
+		channel_unlink(cid->chan, e);
 		if (e->child) {
 			cma_refuse_unanswered(e->child);
 			cma_close_fd(e->child);
 			e->child->destroyed = true;
 			if (!e->child->events_out)
 				id_free_locked(e->child);
-			e->child = NULL;
 		}
-		e->owner = NULL;
+		free(e);
 	}
 	if (cid->events_out == 0)
 		id_free_locked(cid);
@@ -753,22 +783,17 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 		return fail(ENOMEM);
 	pthread_mutex_lock(&cma_lock);
 	from = cid->chan;
-	/* Events not read yet move with the id: the old channel's count skips them (dead),
-	 * the new one counts their copies. Events already read stay counted on the id,
-	 * which is all their ack needs (rdma-core waits for those acks instead). */
-	struct cma_event *moved = NULL, **tail = &moved;
+	/* Events not read yet move with the id. Events already read stay counted on the
+	 * id, which is all their ack needs (rdma-core waits for those acks instead). */
+	struct cma_event *moved = NULL, **tail = &moved, *next;
 
-	for (e = from ? from->head : NULL; e; e = e->next) {
-		struct cma_event *copy;
-
-		if (e->owner != cid || e->dead || !(copy = malloc(sizeof(*copy))))
+	for (e = from ? from->head : NULL; e; e = next) {
+		next = e->next;
+		if (e->owner != cid)
 			continue;
-		*copy = *e;
-		copy->next = NULL;
-		e->dead = true;
-		e->owner = NULL;
-		*tail = copy;
-		tail = &copy->next;
+		channel_unlink(from, e);
+		*tail = e;
+		tail = &e->next;
 	}
 	cid->chan = to;
 	cid->id.channel = &to->ch;

@@ -49,6 +49,8 @@ void cma_fill_info(struct cma_id *id, struct cma_info *info, uint8_t user_len)
 	info->ord = id->conn.initiator_depth;
 	info->qp_type = (uint8_t)id->id.qp_type;
 	info->flags = id->id.srq || id->conn.srq ? CMA_INFO_SRQ : 0;
+	if (id->parent) /* a listener's connection refused before it became an id */
+		info->flags |= CMA_INFO_NO_SERVICE;
 	info->retry = id->conn.retry_count;
 	info->rnr_retry = id->conn.rnr_retry_count;
 	info->user_len = user_len;
