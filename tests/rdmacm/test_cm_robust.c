@@ -1632,11 +1632,8 @@ static void wait_queued(struct rdma_event_channel *ch, const char *what)
  * Events not read when their id is destroyed are gone (rdma-core: the kernel drops them
  * from the channel's queue), so the channel's fd must not poll readable for them: an
  * application that polls channel->fd and then calls rdma_get_cm_event on a blocking
- * channel would block for an event that is not there.
- * BUG (fails): lib/rdmacm/cma_id.c, rdma_destroy_id() only marks the unread event dead;
- * the channel's eventfd still counts it, so poll() reports POLLIN and a blocking
- * rdma_get_cm_event() consumes the dead event and then blocks (a non-blocking one
- * returns EAGAIN). rdma_migrate_id() leaves the same dead entries on the old channel.
+ * channel would block for an event that is not there. (An earlier library only marked
+ * such events dead and left them counted on the fd; this test caught it.)
  */
 static void test_destroyed_id_leaves_nothing_to_read(void **state)
 {
@@ -1856,10 +1853,8 @@ static void test_foreign_listener_answers(void **state)
 /* Only a listener of the other port space on the port: in rdma-core the port spaces are
  * separate service IDs (RDMA_PS_TCP 0x0106, RDMA_PS_UDP 0x0111, << 16 | port), so for the
  * request nobody listens: UNREACHABLE 1 (IB_SIDR_UNSUPPORTED) for UD, REJECTED 8
- * (IB_CM_REJ_INVALID_SERVICE_ID) for RC.
- * BUG (fails): lib/rdmacm/cma_conn.c, pending_request() answers a QP type mismatch with
- * the consumer reject (R bit), which the active side reports as UNREACHABLE 2 /
- * REJECTED 28, the codes of an application's rdma_reject. */
+ * (IB_CM_REJ_INVALID_SERVICE_ID) for RC, not the codes of an application's rdma_reject
+ * (UNREACHABLE 2 / REJECTED 28). */
 static void test_connect_ud_to_rc_listener(void **state)
 {
 	(void)state;
