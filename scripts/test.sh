@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: the normal build (every test), an ASan+UBSan build
-# (unit and verbs tests), a TSan build (the data-path tests), and a clang build (must
-# compile warning-free).
+# (unit, verbs and rdmacm tests), a TSan build (the data-path and connection manager
+# tests), and a clang build (must compile warning-free).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,18 +10,18 @@ scripts/setup.sh --no-run
 echo "== gcc build: all tests"
 (cd build && ctest --output-on-failure -j2)
 
-echo "== ASan+UBSan build: unit and verbs tests"
+echo "== ASan+UBSan build: unit, verbs and rdmacm tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSV_SANITIZE=address,undefined >/dev/null
 cmake --build build-asan -j"$(nproc)"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j2 -L 'unit|verbs')
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j2 -L 'unit|verbs|rdmacm')
 
-echo "== TSan build: the data path's progress engine under the two-process and threaded tests"
+echo "== TSan build: the progress engine and the CM thread under the two-process and threaded tests"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSV_SANITIZE=thread >/dev/null
 cmake --build build-tsan -j"$(nproc)"
 # die_after_fork=0: the tests fork their peer processes, which start threads. The bounce
 # variants move 1 MiB messages through the fifos: too slow under TSan for their timeouts.
 (cd build-tsan && TSAN_OPTIONS="die_after_fork=0 halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
-  ctest --output-on-failure -R 'verbs_test_data_' -E '_bounce')
+  ctest --output-on-failure -R 'verbs_test_data_|rdmacm_' -E '_bounce')
 
 echo "== clang build"
 CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
