@@ -104,6 +104,7 @@ struct cma_event {
 	struct cma_id *child;      /* CONNECT_REQUEST: the new id, held until the ack */
 	uint8_t work;              /* enum cma_work: done when the user reads the event */
 	unsigned char pdata[CMA_PD_MAX];
+	union ibv_gid mgid;        /* CMA_WORK_JOIN */
 };
 
 /* What reading an event does to the id's QP. librdmacm changes a QP only inside the
@@ -114,6 +115,7 @@ enum cma_work {
 	CMA_WORK_QP_ERROR, /* REJECTED and connect failures: the QP goes to ERROR */
 	CMA_WORK_REPLY,    /* the reply: QP to RTS and RTU, the event becomes ESTABLISHED
 			      (or stays CONNECT_RESPONSE when the id has no QP) */
+	CMA_WORK_JOIN,     /* MULTICAST_JOIN: the QP is attached to the group (mgid) */
 };
 
 struct cma_channel {
@@ -158,7 +160,19 @@ struct cma_id {
 	struct ibv_pd *ep_pd;      /* rdma_create_ep: what rdma_get_request creates the QP with */
 	struct ibv_qp_init_attr *ep_qp_attr;
 
+	struct cma_mc *mcs;        /* multicast groups joined */
+
 	struct cma_id *next;       /* all ids */
+};
+
+/* A multicast group an id joined (rdma_join_multicast). */
+struct cma_mc {
+	struct sockaddr_storage addr;
+	union ibv_gid mgid;
+	void *context;
+	bool sendonly;             /* RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: no attach */
+	bool attached;             /* the id's QP is attached to the group */
+	struct cma_mc *next;
 };
 
 static inline struct cma_id *to_cma_id(struct rdma_cm_id *id)
@@ -196,10 +210,16 @@ void cma_graveyard(struct cma_id *id);
 void cma_refuse_unanswered(struct cma_id *id);
 void cma_event_process(struct cma_event *e);
 
+/* cma_misc.c */
+void cma_mc_leave_all(struct cma_id *id);
+int cma_mc_attach(struct cma_id *id, const union ibv_gid *mgid);
+bool cma_addr_is_multicast(const struct sockaddr *sa);
+
 /* cma_qp.c */
 int cma_qp_to_rts(struct cma_id *id);
 void cma_qp_to_error(struct cma_id *id);
 int cma_qp_init(struct cma_id *id, struct ibv_qp *qp);
 void cma_fill_info(struct cma_id *id, struct cma_info *info, uint8_t user_len);
+int cma_sgid_index(struct cma_id *id);
 
 #endif

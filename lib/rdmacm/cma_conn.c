@@ -712,6 +712,13 @@ void cma_event_process(struct cma_event *e)
 	int err;
 
 	switch (e->work) {
+	case CMA_WORK_JOIN:
+		err = cma_mc_attach(id, &e->mgid);
+		if (err) {
+			e->ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
+			e->ev.status = err;
+		}
+		break;
 	case CMA_WORK_QP_ERROR:
 		cma_qp_to_error(id);
 		break;

@@ -476,6 +476,7 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 		event_ack_locked(last);
 	}
 	cid->destroyed = true;
+	cma_mc_leave_all(cid);
 	cma_refuse_unanswered(cid);
 	cma_close_fd(cid);
 	while (cid->pending) {
@@ -630,7 +631,23 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 		return fail(EINVAL);
 	}
 	memcpy(&id->route.addr.dst_storage, dst_addr, (size_t)cma_sockaddr_len(dst_addr));
-	if (!cma_addr_is_local(dst_addr)) {
+	if (cma_addr_is_multicast(dst_addr)) {
+		/* A group: joined from the source address (or loopback), nothing to resolve. */
+		if (cid->state == CMA_IDLE) {
+			memset(&src, 0, sizeof(src));
+			if (src_addr) {
+				memcpy(&src, src_addr, (size_t)cma_sockaddr_len(src_addr));
+			} else if (dst_addr->sa_family == AF_INET) {
+				((struct sockaddr_in *)&src)->sin_family = AF_INET;
+				((struct sockaddr_in *)&src)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+			} else {
+				((struct sockaddr_in6 *)&src)->sin6_family = AF_INET6;
+				((struct sockaddr_in6 *)&src)->sin6_addr = in6addr_loopback;
+			}
+			err = cma_addr_is_local((struct sockaddr *)&src) ?
+				id_bind(cid, (struct sockaddr *)&src) : EADDRNOTAVAIL;
+		}
+	} else if (!cma_addr_is_local(dst_addr)) {
 		/* Reaching other hosts needs the iWARP wire; until then the address has no
 		 * route from this device, as a RoCE port without a neighbour reports it. */
 		status = -EHOSTUNREACH;

@@ -1,11 +1,13 @@
 /*
- * What this librdmacm does not offer yet, answered the way rdma-core answers a device
- * without the feature: multicast (no UD multicast in the shm wire yet), ECE (no vendor
- * options), rsockets (ENOSYS: the calls exist so that programs load and fail cleanly).
+ * Multicast groups, and what this librdmacm does not offer yet, answered the way
+ * rdma-core answers a device without the feature: ECE (no vendor options), rsockets
+ * (ENOSYS: the calls exist so that programs load and fail cleanly).
  */
 #include "cma.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -18,27 +20,152 @@ static int fail(int err)
 	return -1;
 }
 
-int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
+/*
+ * Multicast on this host: a join needs no fabric, so MULTICAST_JOIN comes at once. As
+ * in rdma-core, reading that event attaches the id's QP (unless send-only); the event
+ * carries the address handle of the group (QPN 0xFFFFFF, Q_Key RDMA_UDP_QKEY) and the
+ * join's context in param.ud.private_data. The MGID of an IPv4 group is its mapped
+ * address (::ffff:a.b.c.d), of an IPv6 group the address itself (RoCE).
+ */
+bool cma_addr_is_multicast(const struct sockaddr *sa)
 {
-	(void)context;
-	if (!id || !addr)
-		return fail(EINVAL);
-	return fail(EOPNOTSUPP);
+	if (sa->sa_family == AF_INET)
+		return IN_MULTICAST(ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr));
+	if (sa->sa_family == AF_INET6)
+		return IN6_IS_ADDR_MULTICAST(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return false;
+}
+
+static bool same_group(const struct sockaddr_storage *a, const struct sockaddr *b)
+{
+	union ibv_gid ga, gb;
+
+	if (a->ss_family != b->sa_family)
+		return false;
+	cma_gid_from_addr(&ga, (const struct sockaddr *)a);
+	cma_gid_from_addr(&gb, b);
+	return !memcmp(&ga, &gb, sizeof(ga));
+}
+
+/* Under cma_lock, when the MULTICAST_JOIN is read: attach the id's QP. */
+int cma_mc_attach(struct cma_id *id, const union ibv_gid *mgid)
+{
+	for (struct cma_mc *mc = id->mcs; mc; mc = mc->next) {
+		if (memcmp(&mc->mgid, mgid, sizeof(*mgid)) || mc->sendonly || mc->attached ||
+		    !id->id.qp)
+			continue;
+		if (ibv_attach_mcast(id->id.qp, mgid, 0xc000))
+			return errno ? -errno : -EINVAL;
+		mc->attached = true;
+	}
+	return 0;
+}
+
+static void mc_free(struct cma_id *id, struct cma_mc *mc)
+{
+	if (mc->attached && id->id.qp)
+		ibv_detach_mcast(id->id.qp, &mc->mgid, 0xc000);
+	free(mc);
+}
+
+void cma_mc_leave_all(struct cma_id *id)
+{
+	while (id->mcs) {
+		struct cma_mc *mc = id->mcs;
+
+		id->mcs = mc->next;
+		mc_free(id, mc);
+	}
 }
 
 int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc_join_attr,
 			   void *context)
 {
-	(void)context;
+	struct cma_id *cid = to_cma_id(id);
+	struct cma_event *e;
+	struct cma_mc *mc;
+	struct sockaddr *addr;
+
 	if (!id || !mc_join_attr)
 		return fail(EINVAL);
-	return fail(EOPNOTSUPP);
+	addr = mc_join_attr->addr;
+	if (!(mc_join_attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) || !addr ||
+	    (mc_join_attr->comp_mask & ~(uint32_t)(RDMA_CM_JOIN_MC_ATTR_ADDRESS |
+						   RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS)))
+		return fail(EINVAL);
+	if ((mc_join_attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) &&
+	    mc_join_attr->join_flags != RDMA_MC_JOIN_FLAG_FULLMEMBER &&
+	    mc_join_attr->join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
+		return fail(EINVAL);
+	if (!id->verbs || id->qp_type != IBV_QPT_UD || !cma_addr_is_multicast(addr))
+		return fail(EINVAL);
+	mc = calloc(1, sizeof(*mc));
+	if (!mc)
+		return fail(ENOMEM);
+	memcpy(&mc->addr, addr, (size_t)cma_sockaddr_len(addr));
+	cma_gid_from_addr(&mc->mgid, addr);
+	mc->context = context;
+	mc->sendonly = (mc_join_attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) &&
+		       mc_join_attr->join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+
+	pthread_mutex_lock(&cma_lock);
+	e = cma_event_new(cid, RDMA_CM_EVENT_MULTICAST_JOIN, 0);
+	if (!e) {
+		pthread_mutex_unlock(&cma_lock);
+		free(mc);
+		return fail(ENOMEM);
+	}
+	mc->next = cid->mcs;
+	cid->mcs = mc;
+	e->work = CMA_WORK_JOIN;
+	e->mgid = mc->mgid;
+	e->ev.param.ud.private_data = context;
+	e->ev.param.ud.qp_num = 0xffffff;
+	e->ev.param.ud.qkey = RDMA_UDP_QKEY;
+	e->ev.param.ud.ah_attr.is_global = 1;
+	e->ev.param.ud.ah_attr.grh.dgid = mc->mgid;
+	e->ev.param.ud.ah_attr.grh.sgid_index = (uint8_t)cma_sgid_index(cid);
+	e->ev.param.ud.ah_attr.grh.hop_limit = 1;
+	e->ev.param.ud.ah_attr.grh.traffic_class = cid->tos;
+	e->ev.param.ud.ah_attr.dlid = 0xc000;
+	e->ev.param.ud.ah_attr.port_num = 1;
+	cma_event_post(e);
+	pthread_mutex_unlock(&cma_lock);
+	if (cid->sync)
+		return cma_wait_event(cid, RDMA_CM_EVENT_MULTICAST_JOIN);
+	return 0;
+}
+
+int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
+{
+	struct rdma_cm_join_mc_attr_ex attr = {
+		.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
+		.join_flags = RDMA_MC_JOIN_FLAG_FULLMEMBER,
+		.addr = addr,
+	};
+
+	if (!id || !addr)
+		return fail(EINVAL);
+	return rdma_join_multicast_ex(id, &attr, context);
 }
 
 int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 {
+	struct cma_id *cid = to_cma_id(id);
+	struct cma_mc **p, *mc;
+
 	if (!id || !addr)
 		return fail(EINVAL);
+	pthread_mutex_lock(&cma_lock);
+	for (p = &cid->mcs; (mc = *p); p = &mc->next) {
+		if (same_group(&mc->addr, addr)) {
+			*p = mc->next;
+			mc_free(cid, mc);
+			pthread_mutex_unlock(&cma_lock);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&cma_lock);
 	return fail(EADDRNOTAVAIL); /* never joined */
 }
 

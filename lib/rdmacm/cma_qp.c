@@ -15,7 +15,7 @@ static int fail(int err)
 	return -1;
 }
 
-static int sgid_index(struct cma_id *id)
+int cma_sgid_index(struct cma_id *id)
 {
 	struct ibv_port_attr port;
 	union ibv_gid g;
@@ -100,7 +100,7 @@ static int init_attr(struct cma_id *id, struct ibv_qp_attr *a, int *mask)
 		a->min_rnr_timer = 0;
 		a->ah_attr.is_global = 1;
 		memcpy(a->ah_attr.grh.dgid.raw, id->remote.gid, 16);
-		a->ah_attr.grh.sgid_index = (uint8_t)sgid_index(id);
+		a->ah_attr.grh.sgid_index = (uint8_t)cma_sgid_index(id);
 		a->ah_attr.grh.hop_limit = 64;
 		a->ah_attr.grh.traffic_class = id->tos;
 		a->ah_attr.dlid = ntohs(id->path.dlid);
@@ -323,6 +323,14 @@ void rdma_destroy_qp(struct rdma_cm_id *id)
 {
 	if (!id || !id->qp)
 		return;
+	/* Groups still joined hold the QP (ibv_destroy_qp would say EBUSY): detach. */
+	pthread_mutex_lock(&cma_lock);
+	for (struct cma_mc *mc = to_cma_id(id)->mcs; mc; mc = mc->next) {
+		if (mc->attached)
+			ibv_detach_mcast(id->qp, &mc->mgid, 0xc000);
+		mc->attached = false;
+	}
+	pthread_mutex_unlock(&cma_lock);
 	ibv_destroy_qp(id->qp);
 	id->qp = NULL;
 	destroy_cqs(to_cma_id(id));

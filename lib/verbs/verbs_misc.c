@@ -1,31 +1,28 @@
 /*
- * Calls softverbs answers without a feature behind them yet, each with the errno
- * rdma-core gives when a provider lacks the operation (docs/conformance.md lists them).
+ * Multicast attach, and the calls softverbs answers without a feature behind them yet,
+ * each with the errno rdma-core gives when a provider lacks the operation
+ * (docs/conformance.md lists them).
  */
 #include <string.h>
 
 #include "verbs.h"
 
-static bool is_multicast_gid(const union ibv_gid *gid)
-{
-	return gid->raw[0] == 0xff;
-}
-
-/* Multicast: UD only, multicast GIDs only; the data path for groups is not built yet. */
+/* Multicast on this host (src/core/sv_mcast.c): UD QPs and multicast GIDs only
+ * (ib_attach_mcast's checks); the LID is not used (groups are named by GID). */
 int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
 	(void)lid;
-	if (!qp || !gid || qp->qp_type != IBV_QPT_UD || !is_multicast_gid(gid))
+	if (!qp || !gid)
 		return EINVAL;
-	return EOPNOTSUPP;
+	return -sv_mcast_attach(to_svqp(qp), gid);
 }
 
 int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
 	(void)lid;
-	if (!qp || !gid || qp->qp_type != IBV_QPT_UD || !is_multicast_gid(gid))
+	if (!qp || !gid || qp->qp_type != IBV_QPT_UD || !sv_gid_is_multicast(gid))
 		return EINVAL;
-	return EOPNOTSUPP;
+	return -sv_mcast_detach(to_svqp(qp), gid);
 }
 
 /*

@@ -372,6 +372,9 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	if (!ibqp)
 		return EINVAL;
 	qp = to_svqp(ibqp);
+	/* ib_attach_mcast holds the QP (usecnt): detach first. */
+	if (sv_mcast_count(qp))
+		return EBUSY;
 	sv_wait_events_acked(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed,
 			     &qp->events_reported);
 	/* Nobody polls or progresses the QP any more, then peers learn that it left. */

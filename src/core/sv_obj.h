@@ -22,6 +22,7 @@
 
 #include "core/sv_device.h"
 #include "core/sv_mr.h"
+#include "core/sv_mcast.h"
 #include "core/sv_wq.h"
 #include "wire/shm/shm_msg.h"
 
@@ -137,6 +138,9 @@ struct sv_qp {
 	bool ud_unreachable_valid;    /* UD: the last attach, to ud_unreachable, failed */
 	uint32_t ud_unreachable;
 	struct sv_ud_dests *ud_dests; /* UD: destinations met so far */
+	bool mc_valid;                /* UD: a multicast WQE at sq_next is being fanned out */
+	int mc_n, mc_next;            /* to mc_qpn[0..mc_n), sent to those before mc_next */
+	uint32_t mc_qpn[SV_MCAST_MEMBERS_MAX];
 	uint32_t sq_next;             /* next WQE to transmit, between sq.tail and sq.head */
 	uint32_t next_msn;
 	uint64_t tx_off;              /* bytes of the WQE at sq_next sent so far (in pieces) */

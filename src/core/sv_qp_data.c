@@ -127,6 +127,7 @@ void sv_qp_flush_sq_locked(struct sv_qp *qp)
 	}
 	qp->sq_next = wq->head;
 	qp->tx_off = 0;
+	qp->mc_valid = false;
 	qp->tx_stopped = false; /* nothing is left to hold back (SQE -> RTS may follow) */
 	qp->rd_atomic_out = 0;
 	qp->fifo_writes_out = 0;
@@ -167,6 +168,7 @@ static void qp_drain(struct sv_qp *qp)
 	sv_wq_reset(&qp->sq);
 	qp->sq_next = 0;
 	qp->tx_off = 0;
+	qp->mc_valid = false;
 	qp->tx_stopped = false;
 	qp->fifo_writes_out = 0;
 	qp->next_msn = 0;

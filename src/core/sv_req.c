@@ -521,6 +521,42 @@ static enum tx_result tx_atomic(struct sv_qp *qp, struct sv_peer *peer, struct s
 	return TX_WAIT;
 }
 
+/*
+ * A UD send to a multicast group (QPN 0xFFFFFF, a multicast GID, IBA 10.5.2.5): one copy
+ * to each QP of this host attached to the group, the members listed once per WQE. The
+ * WQE completes when every member has its copy (or could not be reached: UD loses it).
+ */
+static enum tx_result tx_mcast(struct sv_qp *qp, struct sv_send_wqe *w)
+{
+	if (!qp->mc_valid) {
+		int n = sv_mcast_members(&w->ud.dgid, qp->mc_qpn, SV_MCAST_MEMBERS_MAX);
+
+		qp->mc_n = n > 0 ? n : 0;
+		qp->mc_next = 0;
+		qp->mc_valid = true;
+	}
+	while (qp->mc_next < qp->mc_n) {
+		bool unreachable;
+		struct sv_peer *peer = ud_dest(qp, qp->mc_qpn[qp->mc_next], &unreachable);
+
+		if (!peer && !unreachable)
+			return TX_BLOCKED; /* attaching (sv_qp_tx_connect) */
+		if (peer) {
+			if (tx_send(qp, peer, w, false) == TX_BLOCKED)
+				return TX_BLOCKED;
+			if (w->status != IBV_WC_SUCCESS) {
+				qp->mc_valid = false;
+				return TX_DONE;
+			}
+			w->state = SV_WQE_POSTED; /* more copies to go */
+		}
+		qp->mc_next++;
+	}
+	qp->mc_valid = false;
+	sv_wqe_done(w, IBV_WC_SUCCESS);
+	return TX_DONE;
+}
+
 static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 {
 	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
@@ -529,6 +565,9 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 	if (type == IBV_QPT_UD) {
 		bool unreachable;
 
+		if (w->ud.remote_qpn == 0xffffff && w->ud.is_global &&
+		    sv_gid_is_multicast(&w->ud.dgid))
+			return tx_mcast(qp, w);
 		peer = ud_dest(qp, w->ud.remote_qpn, &unreachable);
 		if (unreachable) {
 			/* UD is unreliable: a datagram to nobody is simply lost. */
