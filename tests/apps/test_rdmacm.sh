@@ -1,7 +1,7 @@
 #!/bin/bash
 # Debian's unmodified rdma_cm programs on softverbs' librdmacm.so.1: rping, ucmatose,
-# udaddy, rdma_server/rdma_client, cmtime and perftest with -R, server and client as two
-# processes, over 127.0.0.1 and over ::1. Each must exit 0 (cmtime's server never exits
+# udaddy, rdma_server/rdma_client, cmtime, mckey and perftest with -R, server and client
+# as two processes, over 127.0.0.1 and over ::1 (mckey: an IPv4 and an IPv6 group). Each must exit 0 (cmtime's server never exits
 # by itself: it is stopped once its client is done) and print what shows the data moved.
 . "$(dirname "$0")/lib.sh" "$1"
 need rping
@@ -10,6 +10,31 @@ need udaddy
 need rdma_server
 need cmtime
 need ib_send_lat
+need mckey
+
+# mckey_pair NAME GROUP: a receiver joins GROUP (2 ids), the sender sends 20 messages
+# on each once both memberships exist (multicast has no port to wait for: the
+# receiver's memberships show in /proc/net/unix).
+mckey_pair() {
+  local name=$1 group=$2 rcv
+  timeout 60 "$SV" run mckey -m "$group" -c 2 -C 20 >"$TMP/$name.rcv" 2>&1 &
+  rcv=$!
+  for _ in $(seq 100); do
+    [ "$(grep -c '@softverbs/mcast/' /proc/net/unix)" -ge 2 ] && break
+    kill -0 $rcv 2>/dev/null || break
+    sleep 0.05
+  done
+  timeout 60 "$SV" run mckey -m "$group" -s -c 2 -C 20 >"$TMP/$name.snd" 2>&1
+  local src=$?
+  wait $rcv
+  local rrc=$?
+  check "$name ($group): sender exits 0" test $src -eq 0
+  check "$name ($group): receiver exits 0" test $rrc -eq 0
+  check "$name ($group): receiver got every message" contains "$TMP/$name.rcv" "data transfers complete"
+  if [ $src -ne 0 ] || [ $rrc -ne 0 ]; then
+    tail -5 "$TMP/$name.rcv" "$TMP/$name.snd" | sed 's/^/    /'
+  fi
+}
 
 # cm_pair NAME PORT ADDR "SERVER ARGS" "CLIENT ARGS" [stop]: like pair, with separate
 # argument lists; "stop" ends a server that never exits once the client is done.
@@ -66,6 +91,10 @@ for A in 127.0.0.1 ${ipv6:+::1}; do
   cm_pair cmtime_$tag 17473 $A "cmtime -b $A -p 17473" "cmtime -s $A -p 17473 -c 100" stop
   check "cmtime ($A): connected all 100" contains "$TMP/cmtime_$tag.cli" "^connect  *:"
 done
+
+mckey_pair mckey_v4 239.1.2.3
+[ -n "$ipv6" ] && mckey_pair mckey_v6 ff0e::5
+check "no membership is left behind" test "$(grep -c '@softverbs/mcast/' /proc/net/unix)" -eq 0
 
 # perftest -R resolves its own addresses with AF_INET hints, so ::1 is refused by
 # perftest itself before it calls librdmacm (the same on rdma-core): IPv4 only.
