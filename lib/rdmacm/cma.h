@@ -132,6 +132,7 @@ struct cma_id {
 	bool destroyed;            /* the user destroyed it; freed when no event refers to it */
 	int events_out;            /* events read by the user and not yet acked */
 	int fd;                    /* TCP socket: listening, connecting or connected */
+	int claim_fd;              /* the RDMA port held (id_bind), -1 if none */
 	bool in_epoll;
 	bool afonly, reuseaddr;
 	uint8_t tos;
@@ -191,6 +192,7 @@ struct cma_id *cma_id_new(struct cma_channel *chan, void *context, enum rdma_por
 int cma_wait_event(struct cma_id *id, enum rdma_cm_event_type want);
 void cma_id_fill_route(struct cma_id *id);
 int cma_sockaddr_len(const struct sockaddr *sa);
+uint16_t cma_port_of(const struct sockaddr *sa);
 bool cma_addr_is_local(const struct sockaddr *sa);
 void cma_gid_from_addr(union ibv_gid *gid, const struct sockaddr *sa);
 void cma_id_release(struct cma_id *id);

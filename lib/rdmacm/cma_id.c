@@ -9,10 +9,12 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 pthread_mutex_t cma_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -160,6 +162,15 @@ void cma_gid_from_addr(union ibv_gid *gid, const struct sockaddr *sa)
 	} else if (sa->sa_family == AF_INET6) {
 		memcpy(gid->raw, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
 	}
+}
+
+uint16_t cma_port_of(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+	if (sa->sa_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+	return 0;
 }
 
 static int check_family(const struct sockaddr *sa)
@@ -391,6 +402,7 @@ struct cma_id *cma_id_new(struct cma_channel *chan, void *context, enum rdma_por
 	id->id.qp_type = ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
 	id->chan = chan;
 	id->fd = -1;
+	id->claim_fd = -1;
 	id->state = CMA_IDLE;
 	if (chan)
 		chan->ids++;
@@ -443,6 +455,9 @@ static void id_free_locked(struct cma_id *id)
 	}
 	if (id->chan && --id->chan->ids == 0 && id->sync)
 		channel_free(id->chan);
+	if (id->claim_fd >= 0)
+		close(id->claim_fd);
+	id->claim_fd = -1;
 	free(id->ep_qp_attr);
 	cma_graveyard(id);
 }
@@ -532,30 +547,72 @@ int cma_wait_event(struct cma_id *id, enum rdma_cm_event_type want)
 }
 
 /* Binds @id's TCP socket to @addr (port 0: one is picked). Under cma_lock. */
+/*
+ * The RDMA port an id holds. Its TCP socket needs SO_REUSEADDR (connections it closed
+ * leave TIME_WAIT behind, which the RDMA port space does not have), and so cannot stop
+ * a second id from binding the same port; an abstract unix socket named after the port
+ * space and port can, across processes, and goes away with its holder. Ids with
+ * RDMA_OPTION_ID_REUSEADDR share ports and take no claim. (Stricter than rdma-core in
+ * one case: two ids on different specific addresses cannot share a port number.)
+ */
+static int claim_port(struct cma_id *id, uint16_t port)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	socklen_t len;
+	int fd;
+
+	if (id->reuseaddr)
+		return 0;
+	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+			  (size_t)snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
+					   "softverbs/cmport/%x/%u", (unsigned)id->id.ps, port));
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return errno;
+	if (bind(fd, (struct sockaddr *)&sa, len)) {
+		close(fd);
+		return EADDRINUSE;
+	}
+	id->claim_fd = fd;
+	return 0;
+}
+
+/* Binds @id's TCP socket to @addr (port 0: one is picked) and claims the port. Under
+ * cma_lock. */
 static int id_bind(struct cma_id *id, const struct sockaddr *addr)
 {
 	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	int one = 1, fd;
+	socklen_t len;
+	int one = 1, fd, err;
 
-	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return errno;
-	/* rdma_cm ports are reusable at once (no TIME_WAIT in the RDMA port space). */
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (addr->sa_family == AF_INET6) {
-		int v6only = id->afonly;
+	for (int attempt = 0;; attempt++) {
+		fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return errno;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (addr->sa_family == AF_INET6) {
+			int v6only = id->afonly;
 
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
-	}
-	if (id->tos)
-		setsockopt(fd, IPPROTO_IP, IP_TOS, &(int){ id->tos }, sizeof(int));
-	if (bind(fd, addr, (socklen_t)cma_sockaddr_len(addr)) ||
-	    getsockname(fd, (struct sockaddr *)&ss, &len)) {
-		int err = errno;
-
+			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+		}
+		if (id->tos)
+			setsockopt(fd, IPPROTO_IP, IP_TOS, &(int){ id->tos }, sizeof(int));
+		len = sizeof(ss);
+		if (bind(fd, addr, (socklen_t)cma_sockaddr_len(addr)) ||
+		    getsockname(fd, (struct sockaddr *)&ss, &len)) {
+			err = errno;
+			close(fd);
+			return err;
+		}
+		err = claim_port(id, ntohs(ss.ss_family == AF_INET ?
+					   ((struct sockaddr_in *)&ss)->sin_port :
+					   ((struct sockaddr_in6 *)&ss)->sin6_port));
+		if (!err)
+			break;
 		close(fd);
-		return err;
+		/* A picked port another id holds (on another address): pick again. */
+		if (cma_port_of(addr) || attempt == 16)
+			return err;
 	}
 	id->fd = fd;
 	memcpy(&id->id.route.addr.src_storage, &ss, len);

@@ -32,6 +32,10 @@ int sv_qp_data_init(struct sv_qp *qp)
 	qp->page = qp->seg;
 	qp->rx = (struct shm_fifo *)((char *)qp->seg + SHM_QP_PAGE_SIZE);
 	shm_fifo_init(qp->rx, SV_FIFO_SLOTS);
+	/* Born armed: the progress thread may be asleep with every fifo it knew armed, and a
+	 * producer in this very process attaches without a socket that would wake it. The
+	 * first message wakes it once; it then counts this QP among its own. */
+	(void)shm_fifo_arm(qp->rx);
 	qp->page->magic = SHM_QP_PAGE_MAGIC;
 	qp->page->pid = getpid();
 	qp->page->qp_type = qp->ibv.qp_base.qp_type;
@@ -442,17 +446,26 @@ void sv_cq_detach_qp(struct sv_cq *cq, struct sv_qp *qp)
 void sv_cq_progress(struct sv_cq *cq)
 {
 	struct sv_qp *pinned[16];
-	int n = 0;
+	int start = 0, total;
 
-	sv_spin_lock(&cq->qps_lock);
-	for (int i = 0; i < cq->n_qps && n < 16; i++) {
-		pinned[n] = cq->qps[i];
-		atomic_fetch_add_explicit(&pinned[n]->eng_ref, 1, memory_order_relaxed);
-		n++;
-	}
-	pthread_spin_unlock(&cq->qps_lock);
-	for (int i = 0; i < n; i++) {
-		sv_qp_progress(pinned[i]);
-		atomic_fetch_sub_explicit(&pinned[i]->eng_ref, 1, memory_order_release);
-	}
+	/* Every QP of the CQ, 16 at a time (pinned while the list's lock is not held). */
+	do {
+		int n = 0;
+
+		sv_spin_lock(&cq->qps_lock);
+		total = cq->n_qps;
+		for (int i = start; i < total && n < 16; i++) {
+			pinned[n] = cq->qps[i];
+			atomic_fetch_add_explicit(&pinned[n]->eng_ref, 1, memory_order_relaxed);
+			n++;
+		}
+		pthread_spin_unlock(&cq->qps_lock);
+		for (int i = 0; i < n; i++) {
+			sv_qp_progress(pinned[i]);
+			atomic_fetch_sub_explicit(&pinned[i]->eng_ref, 1, memory_order_release);
+		}
+		start += n;
+		if (!n)
+			break;
+	} while (start < total);
 }
