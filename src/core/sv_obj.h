@@ -145,6 +145,7 @@ struct sv_qp {
 	uint32_t next_msn;
 	uint64_t tx_off;              /* bytes of the WQE at sq_next sent so far (in pieces) */
 	bool tx_stopped;              /* a WR failed: transmit nothing more until RESET */
+	bool sq_failed;               /* an error completion was reported (until RESET) */
 	uint32_t rd_atomic_out;       /* READs and atomics waiting for their answer */
 	uint32_t fifo_writes_out;     /* WRITEs in the responder's fifo, not yet acknowledged */
 	atomic_bool tx_blocked;       /* the peer's fifo was full: try again later */

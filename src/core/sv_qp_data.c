@@ -174,6 +174,7 @@ static void qp_drain(struct sv_qp *qp)
 	qp->tx_off = 0;
 	qp->mc_valid = false;
 	qp->tx_stopped = false;
+	qp->sq_failed = false;
 	qp->fifo_writes_out = 0;
 	qp->next_msn = 0;
 	qp->rd_atomic_out = 0;

@@ -631,6 +631,7 @@ void sv_req_complete_locked(struct sv_qp *qp)
 		}
 		wq->tail++;
 		if (w->status != IBV_WC_SUCCESS) {
+			qp->sq_failed = true;
 			/* IBA 10.8.3.3: a completion error takes an RC QP to Error, a UC or UD
 			 * QP's send queue to SQ Error (10.3.1); what follows is flushed once the
 			 * state changes. */
@@ -942,7 +943,9 @@ void sv_req_fail_waiting(struct sv_qp *qp, enum ibv_wc_status status)
 		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
 
 		if (w->state == SV_WQE_WAIT) {
-			sv_wqe_done(w, status);
+			/* Behind a WR whose error is already reported, the QP is on its way to
+			 * Error: what follows is flushed, not failed anew (IBA 10.8.3.3). */
+			sv_wqe_done(w, qp->sq_failed ? IBV_WC_WR_FLUSH_ERR : status);
 			break;
 		}
 	}
