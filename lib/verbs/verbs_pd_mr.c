@@ -248,7 +248,10 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
 		return rereg_fail(err, IBV_REREG_MR_ERR_CMD);
 
 	fill_entry(&entry, new_pd, new_addr, new_length, new_iova, new_access);
-	sv_mr_table_update(&ctx->mrs, mr->index, &entry, &key);
+	/* The keys stay unless the translation changes (as mlx5 keeps its mkey): a peer
+	 * holding the rkey goes on using it with the new access or PD. */
+	sv_mr_table_update(&ctx->mrs, mr->index, &entry,
+			   !(flags & IBV_REREG_MR_CHANGE_TRANSLATION), &key);
 	if (new_pd != mr->pd) {
 		atomic_fetch_add(&new_pd->usecnt, 1);
 		atomic_fetch_sub(&mr->pd->usecnt, 1);

@@ -168,7 +168,7 @@ void sv_device_attr(const struct sv_host *host, struct ibv_device_attr *attr)
 	attr->sys_image_guid = htobe64(host->node_guid);
 	attr->max_mr_size = UINT64_MAX;
 	attr->page_size_cap = 0xfffff000; /* 4 KiB and up */
-	attr->vendor_id = 0;
+	attr->vendor_id = SV_VENDOR_ID;
 	attr->vendor_part_id = 0;
 	attr->hw_ver = 0;
 	attr->max_qp = SV_MAX_QP;

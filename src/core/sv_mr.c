@@ -101,10 +101,11 @@ int sv_mr_table_add(struct sv_mr_table *t, const struct sv_mr_entry *e, uint32_t
 }
 
 int sv_mr_table_update(struct sv_mr_table *t, uint32_t index, const struct sv_mr_entry *e,
-		       uint32_t *key)
+		       bool keep_key, uint32_t *key)
 {
 	pthread_mutex_lock(&t->lock);
-	*key = make_key(index);
+	*key = keep_key ? atomic_load_explicit(&t->slots[index].key, memory_order_relaxed) :
+			  make_key(index);
 	publish(&t->slots[index], e, *key);
 	pthread_mutex_unlock(&t->lock);
 	return 0;

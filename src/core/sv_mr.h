@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define SV_MR_INDEX_BITS 20
@@ -49,9 +50,9 @@ void sv_mr_table_destroy(struct sv_mr_table *t);
 /* Allocates a slot and a fresh key. Returns 0 and *index, *key, or -ENOMEM. */
 int sv_mr_table_add(struct sv_mr_table *t, const struct sv_mr_entry *e, uint32_t *index,
 		    uint32_t *key);
-/* Gives a slot a fresh key and new contents (rereg). */
+/* New contents for a slot (rereg), with a fresh key unless @keep_key. */
 int sv_mr_table_update(struct sv_mr_table *t, uint32_t index, const struct sv_mr_entry *e,
-		       uint32_t *key);
+		       bool keep_key, uint32_t *key);
 void sv_mr_table_remove(struct sv_mr_table *t, uint32_t index);
 
 /*
