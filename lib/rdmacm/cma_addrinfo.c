@@ -86,6 +86,17 @@ int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_ad
 			memcpy(r->ai_dst_addr, hints->ai_dst_addr, hints->ai_dst_len);
 			r->ai_dst_len = hints->ai_dst_len;
 		}
+		/* And the source the hints name, as for any answer without one. */
+		if (hints->ai_src_addr && hints->ai_src_len) {
+			r->ai_src_addr = malloc(hints->ai_src_len);
+			if (!r->ai_src_addr) {
+				rdma_freeaddrinfo(r);
+				errno = ENOMEM;
+				return -1;
+			}
+			memcpy(r->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
+			r->ai_src_len = hints->ai_src_len;
+		}
 		*res = r;
 		return 0;
 	}

@@ -312,6 +312,7 @@ static void pending_request(struct cma_id *p, const struct iw_mpa_frame *f)
 	p->id.channel = l->id.channel;
 	p->id.context = l->id.context;
 	p->id.verbs = cma_device();
+	p->id.pd = cma_default_pd(p->id.verbs); /* rdma-core: the device's default PD */
 	p->id.port_num = 1;
 	p->id.qp_type = l->id.qp_type;
 	if (!getsockname(p->fd, (struct sockaddr *)&ss, &len))

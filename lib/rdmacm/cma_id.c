@@ -75,9 +75,15 @@ struct ibv_context *cma_device(void)
 /* What rdma_create_qp uses when the caller gives no PD (one per process, kept). */
 struct ibv_pd *cma_default_pd(struct ibv_context *ctx)
 {
+	static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
+	struct ibv_pd *pd;
+
+	pthread_mutex_lock(&once);
 	if (!device_pd && ctx)
 		device_pd = ibv_alloc_pd(ctx);
-	return device_pd;
+	pd = device_pd;
+	pthread_mutex_unlock(&once);
+	return pd;
 }
 
 struct ibv_context **rdma_get_devices(int *num_devices)
@@ -232,7 +238,7 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	if (c->ids) {
 		/* rdma-core requires every id to be gone first; keep the memory the ids
 		 * still point at rather than free it under them. */
-		sv_warn("rdma_destroy_event_channel: %d ids still use the channel", c->ids);
+		sv_info("rdma_destroy_event_channel: %d ids still use the channel", c->ids);
 		pthread_mutex_unlock(&cma_lock);
 		return;
 	}
@@ -618,6 +624,7 @@ static int id_bind(struct cma_id *id, const struct sockaddr *addr)
 	memcpy(&id->id.route.addr.src_storage, &ss, len);
 	if (!addr_any(addr)) {
 		id->id.verbs = cma_device();
+		id->id.pd = cma_default_pd(id->id.verbs); /* rdma-core: the device's PD */
 		id->id.port_num = 1;
 		cma_gid_from_addr(&id->id.route.addr.addr.ibaddr.sgid, addr);
 		id->id.route.addr.addr.ibaddr.pkey = htons(0xffff);
@@ -739,6 +746,7 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 	}
 	if (!status) {
 		id->verbs = cma_device();
+		id->pd = cma_default_pd(id->verbs); /* rdma-core: the device's PD */
 		id->port_num = 1;
 		cma_gid_from_addr(&id->route.addr.addr.ibaddr.sgid, &id->route.addr.src_addr);
 		cma_gid_from_addr(&id->route.addr.addr.ibaddr.dgid, dst_addr);

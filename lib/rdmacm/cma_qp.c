@@ -434,6 +434,8 @@ int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv
 			*cid->ep_qp_attr = *qp_init_attr;
 		}
 		cid->ep_pd = pd;
+		if (pd)
+			cm_id->pd = pd;
 		*id = cm_id;
 		return 0;
 	}
