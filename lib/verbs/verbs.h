@@ -28,6 +28,8 @@ int sv_verbs_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_a
 int sv_verbs_query_device_ex(struct ibv_context *ctx,
 			     const struct ibv_query_device_ex_input *input,
 			     struct ibv_device_attr_ex *attr, size_t attr_size);
+int sv_verbs_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+		       struct ibv_sge *sg_list, uint32_t num_sge);
 int sv_verbs_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *values);
 
 struct ibv_cq_ex *sv_verbs_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);

@@ -84,6 +84,7 @@ static void sv_context_set_ops(struct sv_context *ctx)
 	v->create_cq_ex = sv_verbs_create_cq_ex;
 	v->create_qp_ex = sv_verbs_create_qp_ex;
 	v->create_srq_ex = sv_verbs_create_srq_ex;
+	v->advise_mr = sv_verbs_advise_mr;
 	v->sz = sizeof(struct verbs_context);
 }
 

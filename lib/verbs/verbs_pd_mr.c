@@ -61,10 +61,7 @@ static int check_access(unsigned int access)
 {
 	/* The optional range (relaxed ordering, ...) is a hint a device may ignore. */
 	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
-	/* On-demand paging is not advertised (odp_caps): the kernel says EOPNOTSUPP. */
-	if (access & IBV_ACCESS_ON_DEMAND)
-		return EOPNOTSUPP;
-	if (access & ~(unsigned int)SV_MR_ACCESS_SUPPORTED)
+	if (access & ~(unsigned int)(SV_MR_ACCESS_SUPPORTED | IBV_ACCESS_ON_DEMAND))
 		return EINVAL;
 	/* IBA 10.6.3.1: remote write or atomic needs local write. */
 	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
@@ -117,15 +114,26 @@ static bool mr_writable(unsigned int access)
 			 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND);
 }
 
+/* Implicit on-demand paging: the whole address space, pages met when used. */
+static bool implicit_odp(const void *addr, size_t length, unsigned int access)
+{
+	return !addr && length == SIZE_MAX && (access & IBV_ACCESS_ON_DEMAND);
+}
+
 static int check_range(void *addr, size_t length, uint64_t iova, unsigned int access)
 {
 	const uint64_t page_mask = (uint64_t)sysconf(_SC_PAGESIZE) - 1;
 
+	if (implicit_odp(addr, length, access))
+		return iova ? EINVAL : 0;
 	if (length == 0 || (uintptr_t)addr + length < (uintptr_t)addr || iova + length < iova)
 		return EINVAL;
 	/* The kernel maps iova onto the pages of addr: their offsets in a page must agree. */
 	if ((iova & page_mask) != ((uintptr_t)addr & page_mask))
 		return EINVAL;
+	/* On demand: the pages need not be there yet (an access to a hole fails then). */
+	if (access & IBV_ACCESS_ON_DEMAND)
+		return 0;
 	return check_mapped(addr, length, mr_writable(access));
 }
 
@@ -190,6 +198,35 @@ struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uin
 struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
 {
 	return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, (unsigned int)access);
+}
+
+/*
+ * ibv_advise_mr: prefetching is advice, and softverbs has no page tables to warm (the
+ * kernel copies straight from the pages when data moves); the arguments are checked as
+ * the kernel checks them: an on-demand MR of this PD covering each SGE.
+ */
+int sv_verbs_advise_mr(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t flags,
+		       struct ibv_sge *sg_list, uint32_t num_sge)
+{
+	struct sv_context *ctx = to_svctx(ibpd->context);
+
+	if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH &&
+	    advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+	    advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+		return EOPNOTSUPP;
+	if ((flags & ~(uint32_t)IBV_ADVISE_MR_FLAG_FLUSH) || !num_sge || !sg_list)
+		return EINVAL;
+	for (uint32_t i = 0; i < num_sge; i++) {
+		uint32_t need = advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE ?
+			IBV_ACCESS_LOCAL_WRITE : 0;
+		uint64_t va;
+
+		if (sv_mr_check(ctx->mrs.slots, sg_list[i].lkey, to_svpd(ibpd)->handle,
+				need | IBV_ACCESS_ON_DEMAND, sg_list[i].addr, sg_list[i].length,
+				&va) != SV_ACCESS_OK)
+			return EINVAL;
+	}
+	return 0;
 }
 
 struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,

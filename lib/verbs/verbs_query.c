@@ -36,6 +36,15 @@ int sv_verbs_query_device_ex(struct ibv_context *context,
 	full.hca_core_clock = 1000000; /* kHz */
 	full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
 	full.phys_port_cnt_ex = 1;
+	/* Nothing is pinned, ever: on-demand paging is what softverbs does anyway. */
+	full.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+	full.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND |
+		IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+		IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+	full.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND |
+		IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+	full.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND |
+		IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
 	/* Callers built against older headers pass a shorter struct: fill what they have. */
 	memcpy(attr, &full, attr_size < sizeof(full) ? attr_size : sizeof(full));
 	return 0;
