@@ -28,6 +28,10 @@ int sv_verbs_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_a
 int sv_verbs_query_device_ex(struct ibv_context *ctx,
 			     const struct ibv_query_device_ex_input *input,
 			     struct ibv_device_attr_ex *attr, size_t attr_size);
+struct ibv_pd *sv_verbs_alloc_parent_domain(struct ibv_context *context,
+					    struct ibv_parent_domain_init_attr *attr);
+struct ibv_td *sv_verbs_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr);
+int sv_verbs_dealloc_td(struct ibv_td *td);
 int sv_verbs_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
 		       struct ibv_sge *sg_list, uint32_t num_sge);
 int sv_verbs_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *values);

@@ -225,6 +225,11 @@ struct ibv_cq_ex *sv_verbs_create_cq_ex(struct ibv_context *context,
 		return sv_fail_null(EOPNOTSUPP);
 	if (attr->cqe > SV_MAX_CQE)
 		return sv_fail_null(EINVAL);
+	/* IBV_CQ_INIT_ATTR_MASK_PD names a parent domain (of this context), nothing else. */
+	if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) &&
+	    (!attr->parent_domain || attr->parent_domain->context != context ||
+	     !to_svpd(attr->parent_domain)->parent))
+		return sv_fail_null(EINVAL);
 	cq = create_cq(context, (int)attr->cqe, attr->cq_context, attr->channel,
 		       (int)attr->comp_vector, attr->wc_flags);
 	return cq ? &cq->ibv : NULL;

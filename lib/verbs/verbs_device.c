@@ -85,6 +85,9 @@ static void sv_context_set_ops(struct sv_context *ctx)
 	v->create_qp_ex = sv_verbs_create_qp_ex;
 	v->create_srq_ex = sv_verbs_create_srq_ex;
 	v->advise_mr = sv_verbs_advise_mr;
+	v->alloc_parent_domain = sv_verbs_alloc_parent_domain;
+	v->alloc_td = sv_verbs_alloc_td;
+	v->dealloc_td = sv_verbs_dealloc_td;
 	v->sz = sizeof(struct verbs_context);
 }
 

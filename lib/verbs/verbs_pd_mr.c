@@ -42,11 +42,80 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 	if (!ibpd)
 		return EINVAL;
 	pd = to_svpd(ibpd);
-	/* The kernel refuses while MRs, QPs, SRQs or AHs still name the PD. */
+	/* The kernel refuses while MRs, QPs, SRQs, AHs or parent domains name the PD. */
 	if (atomic_load(&pd->usecnt))
 		return EBUSY;
-	atomic_fetch_sub(&to_svctx(ibpd->context)->n_pd, 1);
+	if (pd->parent) {
+		/* A parent domain: it only held its PD and thread domain. */
+		atomic_fetch_sub(&pd->parent->usecnt, 1);
+		if (pd->td)
+			atomic_fetch_sub(&((struct sv_td *)pd->td)->usecnt, 1);
+	} else {
+		atomic_fetch_sub(&to_svctx(ibpd->context)->n_pd, 1);
+	}
 	free(pd);
+	return 0;
+}
+
+/*
+ * Parent domains (as mlx5): a PD that protects with the PD it names (the same handle, so
+ * MRs, QPs, SRQs and keys checks treat them as one) and carries a thread domain and the
+ * application's buffer allocators. softverbs' queues live in its own shared memory, so
+ * it keeps the allocators but has no buffer to ask them for.
+ */
+struct ibv_pd *sv_verbs_alloc_parent_domain(struct ibv_context *context,
+					    struct ibv_parent_domain_init_attr *attr)
+{
+	struct sv_pd *parent, *pd;
+
+	if (!attr || !attr->pd || attr->pd->context != context)
+		return sv_fail_null(EINVAL);
+	if (attr->comp_mask & ~(uint32_t)(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+					  IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT))
+		return sv_fail_null(EINVAL);
+	if ((attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) &&
+	    (!attr->alloc || !attr->free))
+		return sv_fail_null(EINVAL);
+	if (attr->td && attr->td->context != context)
+		return sv_fail_null(EINVAL);
+	parent = to_svpd(attr->pd);
+	if (parent->parent)
+		return sv_fail_null(EINVAL); /* a parent domain of a parent domain */
+	pd = calloc(1, sizeof(*pd));
+	if (!pd)
+		return sv_fail_null(ENOMEM);
+	pd->ibv.context = context;
+	pd->ibv.handle = parent->ibv.handle;
+	pd->handle = parent->handle;
+	pd->parent = parent;
+	pd->td = attr->td;
+	pd->pd_attr = *attr;
+	atomic_fetch_add(&parent->usecnt, 1);
+	if (attr->td)
+		atomic_fetch_add(&((struct sv_td *)attr->td)->usecnt, 1);
+	return &pd->ibv;
+}
+
+struct ibv_td *sv_verbs_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr)
+{
+	struct sv_td *td;
+
+	if (!attr || attr->comp_mask)
+		return sv_fail_null(EINVAL);
+	td = calloc(1, sizeof(*td));
+	if (!td)
+		return sv_fail_null(ENOMEM);
+	td->ibv.context = context;
+	return &td->ibv;
+}
+
+int sv_verbs_dealloc_td(struct ibv_td *ibtd)
+{
+	struct sv_td *td = (struct sv_td *)ibtd;
+
+	if (atomic_load(&td->usecnt))
+		return EBUSY;
+	free(td);
 	return 0;
 }
 

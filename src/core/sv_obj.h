@@ -45,8 +45,16 @@ struct sv_context {
 
 struct sv_pd {
 	struct ibv_pd ibv;
-	atomic_int usecnt; /* MRs, QPs, SRQs and AHs that name this PD */
+	atomic_int usecnt; /* MRs, QPs, SRQs, AHs and parent domains that name this PD */
 	uint32_t handle;   /* unique in the process: the PD check of remote access */
+	struct sv_pd *parent; /* a parent domain: the PD it protects with (same handle) */
+	struct ibv_td *td;    /* a parent domain's thread domain, or NULL */
+	struct ibv_parent_domain_init_attr pd_attr; /* its allocators and their context */
+};
+
+struct sv_td {
+	struct ibv_td ibv;
+	atomic_int usecnt; /* parent domains that name it */
 };
 
 struct sv_mr {
