@@ -32,6 +32,13 @@ struct ibv_pd *sv_verbs_alloc_parent_domain(struct ibv_context *context,
 					    struct ibv_parent_domain_init_attr *attr);
 struct ibv_td *sv_verbs_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr);
 int sv_verbs_dealloc_td(struct ibv_td *td);
+struct ibv_mr *sv_verbs_mr_create(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+				  unsigned int access);
+int sv_verbs_check_access(unsigned int access);
+struct ibv_dm *sv_verbs_alloc_dm(struct ibv_context *context, struct ibv_alloc_dm_attr *attr);
+int sv_verbs_free_dm(struct ibv_dm *dm);
+struct ibv_mr *sv_verbs_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t dm_offset,
+				  size_t length, unsigned int access);
 int sv_verbs_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
 		       struct ibv_sge *sg_list, uint32_t num_sge);
 int sv_verbs_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *values);

@@ -87,6 +87,9 @@ static void sv_context_set_ops(struct sv_context *ctx)
 	v->advise_mr = sv_verbs_advise_mr;
 	v->alloc_parent_domain = sv_verbs_alloc_parent_domain;
 	v->alloc_td = sv_verbs_alloc_td;
+	v->alloc_dm = sv_verbs_alloc_dm;
+	v->free_dm = sv_verbs_free_dm;
+	v->reg_dm_mr = sv_verbs_reg_dm_mr;
 	v->dealloc_td = sv_verbs_dealloc_td;
 	v->sz = sizeof(struct verbs_context);
 }

@@ -126,7 +126,7 @@ enum {
 };
 
 /* 0 or a positive errno, as the kernel checks access flags (ib_check_mr_access). */
-static int check_access(unsigned int access)
+int sv_verbs_check_access(unsigned int access)
 {
 	/* The optional range (relaxed ordering, ...) is a hint a device may ignore. */
 	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
@@ -216,8 +216,9 @@ static void fill_entry(struct sv_mr_entry *e, struct sv_pd *pd, void *addr, size
 	e->vaddr = (uintptr_t)addr;
 }
 
-struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova,
-				unsigned int access)
+/* An MR over [addr, addr + length) seen at @iova; the arguments are checked already. */
+struct ibv_mr *sv_verbs_mr_create(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova,
+				  unsigned int access)
 {
 	struct sv_mr_entry entry = { 0 };
 	struct sv_context *ctx;
@@ -226,13 +227,6 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *ibpd, void *addr, size_t length, 
 	uint32_t key;
 	int err;
 
-	if (!ibpd)
-		return sv_fail_null(EINVAL);
-	err = check_access(access);
-	if (!err)
-		err = check_range(addr, length, iova, access);
-	if (err)
-		return sv_fail_null(err);
 	pd = to_svpd(ibpd);
 	ctx = to_svctx(ibpd->context);
 	mr = calloc(1, sizeof(*mr));
@@ -256,6 +250,21 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *ibpd, void *addr, size_t length, 
 	mr->ibv.rkey = key;
 	atomic_fetch_add(&pd->usecnt, 1);
 	return &mr->ibv;
+}
+
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova,
+				unsigned int access)
+{
+	int err;
+
+	if (!ibpd)
+		return sv_fail_null(EINVAL);
+	err = sv_verbs_check_access(access);
+	if (!err)
+		err = check_range(addr, length, iova, access);
+	if (err)
+		return sv_fail_null(err);
+	return sv_verbs_mr_create(ibpd, addr, length, iova, access);
 }
 
 struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
@@ -347,7 +356,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
 	new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : ibmr->addr;
 	new_length = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : ibmr->length;
 	new_iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? (uintptr_t)addr : mr->iova;
-	err = check_access(new_access);
+	err = sv_verbs_check_access(new_access);
 	if (!err)
 		err = check_range(new_addr, new_length, new_iova, new_access);
 	if (err)
@@ -382,6 +391,8 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 	mr = to_svmr(ibmr);
 	sv_mr_table_remove(&to_svctx(ibmr->context)->mrs, mr->index);
 	atomic_fetch_sub(&mr->pd->usecnt, 1);
+	if (mr->dm)
+		atomic_fetch_sub(&mr->dm->usecnt, 1);
 	free(mr);
 	return 0;
 }

@@ -36,6 +36,7 @@ int sv_verbs_query_device_ex(struct ibv_context *context,
 	full.hca_core_clock = 1000000; /* kHz */
 	full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
 	full.phys_port_cnt_ex = 1;
+	full.max_dm_size = SV_MAX_DM_SIZE;
 	/* Nothing is pinned, ever: on-demand paging is what softverbs does anyway. */
 	full.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
 	full.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND |

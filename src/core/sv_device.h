@@ -28,6 +28,7 @@ enum {
 	SV_MAX_SRQ_WR = 16384,
 	SV_MAX_SRQ_SGE = 32,
 	SV_MAX_AH = 1 << 16,
+	SV_MAX_DM_SIZE = 256 * 1024, /* device memory, per process (ibv_alloc_dm) */
 	SV_VENDOR_ID = 0xffffff, /* no IEEE OUI: the value software devices (rxe) use */
 	SV_MAX_MCAST_GRP = 8192,
 	SV_MAX_MCAST_QP_ATTACH = 56,

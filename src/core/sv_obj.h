@@ -63,6 +63,16 @@ struct sv_mr {
 	unsigned int access;
 	uint64_t iova;
 	uint32_t index; /* slot in ctx->mrs */
+	struct sv_dm *dm; /* an MR on device memory (ibv_reg_dm_mr), or NULL */
+};
+
+/* Device memory (ibv_alloc_dm): a buffer of the process, as a NIC's on-chip memory is
+ * one of the device; MRs on it are zero based. */
+struct sv_dm {
+	struct ibv_dm ibv;
+	unsigned char *buf;
+	size_t length;
+	atomic_int usecnt; /* MRs on it */
 };
 
 struct sv_comp_channel {
