@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -94,43 +96,135 @@ static void sv_context_set_ops(struct sv_context *ctx)
 	v->sz = sizeof(struct verbs_context);
 }
 
-static struct ibv_context *sv_open(struct ibv_device *device)
+/* --- shares (what ibv_import_device joins) ---------------------------------------------- */
+
+static pthread_mutex_t shares_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_share *shares;
+
+/* A new share for @cmd_fd (the memfd that names it). */
+static struct sv_share *share_new(int cmd_fd)
+{
+	struct sv_share *sh = calloc(1, sizeof(*sh));
+	struct stat st;
+
+	if (!sh)
+		return NULL;
+	if (fstat(cmd_fd, &st) || sv_mr_table_init(&sh->mrs)) {
+		free(sh);
+		return NULL;
+	}
+	sh->dev = st.st_dev;
+	sh->ino = st.st_ino;
+	sh->refs = 1;
+	pthread_mutex_init(&sh->lock, NULL);
+	pthread_mutex_lock(&shares_lock);
+	sh->next = shares;
+	shares = sh;
+	pthread_mutex_unlock(&shares_lock);
+	return sh;
+}
+
+/* The share whose cmd_fd @fd opens (another fd of the same file), one more user. */
+static struct sv_share *share_find(int fd)
+{
+	struct sv_share *sh;
+	struct stat st;
+
+	if (fstat(fd, &st))
+		return NULL;
+	pthread_mutex_lock(&shares_lock);
+	for (sh = shares; sh; sh = sh->next) {
+		if (sh->dev == st.st_dev && sh->ino == st.st_ino) {
+			sh->refs++;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&shares_lock);
+	return sh;
+}
+
+static void share_put(struct sv_share *sh)
+{
+	struct sv_share **p;
+	bool last;
+
+	pthread_mutex_lock(&shares_lock);
+	last = --sh->refs == 0;
+	if (last) {
+		for (p = &shares; *p; p = &(*p)->next) {
+			if (*p == sh) {
+				*p = sh->next;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&shares_lock);
+	if (!last)
+		return;
+	sv_mr_table_destroy(&sh->mrs);
+	pthread_mutex_destroy(&sh->lock);
+	free(sh->pds);
+	free(sh->dms);
+	free(sh);
+}
+
+/* A context on @share (NULL: a new one) with @cmd_fd, which it owns from now on. */
+static struct ibv_context *sv_open_on(struct ibv_device *device, struct sv_share *share,
+				      int cmd_fd)
 {
 	struct sv_context *ctx;
 	int err;
 
-	pthread_once(&sv_init_once, sv_init);
-	if (device != &sv_ibv_device)
-		return sv_fail_null(ENODEV);
 	ctx = calloc(1, sizeof(*ctx));
-	if (!ctx)
-		return sv_fail_null(ENOMEM);
+	if (!ctx) {
+		err = -ENOMEM;
+		goto err_share;
+	}
 	err = sv_host_probe(&ctx->host);
 	if (err && err != -EINVAL)
 		goto err_free;
-	err = sv_mr_table_init(&ctx->mrs);
-	if (err)
+	if (!share && !(share = share_new(cmd_fd))) {
+		err = -ENOMEM;
 		goto err_free;
+	}
+	ctx->share = share;
+	ctx->mrs = &share->mrs;
 	ctx->vctx.context.async_fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
 	if (ctx->vctx.context.async_fd < 0) {
 		err = -errno;
-		goto err_mrs;
+		goto err_free;
 	}
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->vctx.context.mutex, NULL);
 	ctx->vctx.context.device = device;
-	ctx->vctx.context.cmd_fd = -1;
+	/* A real file, as the uverbs fd is: ibv_import_device finds the share by it. */
+	ctx->vctx.context.cmd_fd = cmd_fd;
 	ctx->vctx.context.num_comp_vectors = SV_NUM_COMP_VECTORS;
 	ctx->vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
 	sv_context_set_ops(ctx);
 	sv_dbg("context %p opened", (void *)ctx);
 	return &ctx->vctx.context;
 
-err_mrs:
-	sv_mr_table_destroy(&ctx->mrs);
 err_free:
 	free(ctx);
+err_share:
+	if (share)
+		share_put(share);
+	close(cmd_fd);
 	return sv_fail_null(-err);
+}
+
+static struct ibv_context *sv_open(struct ibv_device *device)
+{
+	int cmd_fd;
+
+	pthread_once(&sv_init_once, sv_init);
+	if (device != &sv_ibv_device)
+		return sv_fail_null(ENODEV);
+	cmd_fd = memfd_create("softverbs-context", MFD_CLOEXEC);
+	if (cmd_fd < 0)
+		return sv_fail_null(errno);
+	return sv_open_on(device, NULL, cmd_fd);
 }
 
 struct ibv_context *ibv_open_device(struct ibv_device *device)
@@ -146,10 +240,20 @@ struct ibv_context *verbs_open_device(struct ibv_device *device, void *private_d
 	return sv_open(device);
 }
 
+/*
+ * A second context on the objects of the context whose cmd_fd @cmd_fd is (a dup of it,
+ * passed within the process or to another one... within this process: the share is
+ * found by the file). It takes @cmd_fd over, as rdma-core does.
+ */
 struct ibv_context *ibv_import_device(int cmd_fd)
 {
-	(void)cmd_fd;
-	return sv_fail_null(EOPNOTSUPP);
+	struct sv_share *share;
+
+	pthread_once(&sv_init_once, sv_init);
+	share = share_find(cmd_fd);
+	if (!share)
+		return sv_fail_null(fcntl(cmd_fd, F_GETFD) < 0 ? EBADF : EOPNOTSUPP);
+	return sv_open_on(&sv_ibv_device, share, cmd_fd);
 }
 
 int ibv_close_device(struct ibv_context *context)
@@ -166,7 +270,8 @@ int ibv_close_device(struct ibv_context *context)
 		free(e);
 	}
 	close(context->async_fd);
-	sv_mr_table_destroy(&ctx->mrs);
+	close(context->cmd_fd);
+	share_put(ctx->share);
 	pthread_mutex_destroy(&ctx->lock);
 	pthread_mutex_destroy(&context->mutex);
 	free(ctx);

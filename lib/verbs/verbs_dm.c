@@ -27,6 +27,8 @@ static int dm_range(struct sv_dm *dm, uint64_t offset, size_t length)
 	return 0;
 }
 
+static int share_add_dm(struct sv_share *sh, struct sv_dm *dm);
+
 static int memcpy_to_dm(struct ibv_dm *ibdm, uint64_t offset, const void *host, size_t length)
 {
 	struct sv_dm *dm = to_svdm(ibdm);
@@ -77,8 +79,72 @@ struct ibv_dm *sv_verbs_alloc_dm(struct ibv_context *context, struct ibv_alloc_d
 	dm->ibv.memcpy_to_dm = memcpy_to_dm;
 	dm->ibv.memcpy_from_dm = memcpy_from_dm;
 	dm->ibv.comp_mask = IBV_DM_MASK_HANDLE;
-	dm->ibv.handle = (uint32_t)(uintptr_t)dm;
+	dm->share = to_svctx(context)->share;
+	if (share_add_dm(dm->share, dm)) {
+		free(dm->buf);
+		free(dm);
+		atomic_fetch_sub(&dm_used, len);
+		return sv_fail_null(ENOMEM);
+	}
 	return &dm->ibv;
+}
+
+/* Device memory handles of a share (ibv_import_dm): the slot + 1. */
+static int share_add_dm(struct sv_share *sh, struct sv_dm *dm)
+{
+	int i, err = 0;
+
+	pthread_mutex_lock(&sh->lock);
+	for (i = 0; i < sh->cap_dms && sh->dms[i]; i++)
+		;
+	if (i == sh->cap_dms) {
+		int cap = sh->cap_dms ? 2 * sh->cap_dms : 16;
+		struct sv_dm **p = realloc(sh->dms, (size_t)cap * sizeof(*p));
+
+		if (p) {
+			memset(p + sh->cap_dms, 0, (size_t)(cap - sh->cap_dms) * sizeof(*p));
+			sh->dms = p;
+			sh->cap_dms = cap;
+		} else {
+			err = -ENOMEM;
+		}
+	}
+	if (!err) {
+		sh->dms[i] = dm;
+		dm->ibv.handle = (uint32_t)i + 1;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return err;
+}
+
+struct ibv_dm *ibv_import_dm(struct ibv_context *context, uint32_t dm_handle)
+{
+	struct sv_share *sh;
+	struct sv_dm *orig = NULL, *dm;
+
+	if (!context)
+		return sv_fail_null(EINVAL);
+	sh = to_svctx(context)->share;
+	pthread_mutex_lock(&sh->lock);
+	if (dm_handle && dm_handle <= (uint32_t)sh->cap_dms)
+		orig = sh->dms[dm_handle - 1];
+	dm = orig ? calloc(1, sizeof(*dm)) : NULL;
+	if (dm) {
+		*dm = *orig;
+		atomic_init(&dm->usecnt, 0);
+		dm->imported = true;
+		dm->ibv.context = context;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	if (!orig)
+		return sv_fail_null(EINVAL);
+	return dm ? &dm->ibv : sv_fail_null(ENOMEM);
+}
+
+void ibv_unimport_dm(struct ibv_dm *dm)
+{
+	if (dm && to_svdm(dm)->imported)
+		free(to_svdm(dm));
 }
 
 int sv_verbs_free_dm(struct ibv_dm *ibdm)
@@ -87,6 +153,13 @@ int sv_verbs_free_dm(struct ibv_dm *ibdm)
 
 	if (atomic_load(&dm->usecnt))
 		return EBUSY;
+	if (dm->imported) {
+		free(dm);
+		return 0;
+	}
+	pthread_mutex_lock(&dm->share->lock);
+	dm->share->dms[dm->ibv.handle - 1] = NULL;
+	pthread_mutex_unlock(&dm->share->lock);
 	atomic_fetch_sub(&dm_used, (dm->length + 63) & ~(size_t)63);
 	free(dm->buf);
 	free(dm);

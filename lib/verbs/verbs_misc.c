@@ -53,35 +53,3 @@ int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
 	return EOPNOTSUPP;
 }
 
-struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
-{
-	(void)context, (void)pd_handle;
-	return sv_fail_null(EOPNOTSUPP);
-}
-
-void ibv_unimport_pd(struct ibv_pd *pd)
-{
-	(void)pd;
-}
-
-struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
-{
-	(void)pd, (void)mr_handle;
-	return sv_fail_null(EOPNOTSUPP);
-}
-
-void ibv_unimport_mr(struct ibv_mr *mr)
-{
-	(void)mr;
-}
-
-struct ibv_dm *ibv_import_dm(struct ibv_context *context, uint32_t dm_handle)
-{
-	(void)context, (void)dm_handle;
-	return sv_fail_null(EOPNOTSUPP);
-}
-
-void ibv_unimport_dm(struct ibv_dm *dm)
-{
-	(void)dm;
-}

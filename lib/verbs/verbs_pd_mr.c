@@ -12,6 +12,52 @@
 
 static atomic_uint sv_next_handle = 1;
 
+/* The PD handles of a share, for ibv_import_pd. */
+static int share_add_pd(struct sv_share *sh, uint32_t handle)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&sh->lock);
+	if (sh->n_pds == sh->cap_pds) {
+		int cap = sh->cap_pds ? 2 * sh->cap_pds : 16;
+		uint32_t *p = realloc(sh->pds, (size_t)cap * sizeof(*p));
+
+		if (p) {
+			sh->pds = p;
+			sh->cap_pds = cap;
+		} else {
+			err = -ENOMEM;
+		}
+	}
+	if (!err)
+		sh->pds[sh->n_pds++] = handle;
+	pthread_mutex_unlock(&sh->lock);
+	return err;
+}
+
+static void share_remove_pd(struct sv_share *sh, uint32_t handle)
+{
+	pthread_mutex_lock(&sh->lock);
+	for (int i = 0; i < sh->n_pds; i++) {
+		if (sh->pds[i] == handle) {
+			sh->pds[i] = sh->pds[--sh->n_pds];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&sh->lock);
+}
+
+static bool share_has_pd(struct sv_share *sh, uint32_t handle)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&sh->lock);
+	for (int i = 0; i < sh->n_pds && !found; i++)
+		found = sh->pds[i] == handle;
+	pthread_mutex_unlock(&sh->lock);
+	return found;
+}
+
 struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 {
 	struct sv_context *ctx;
@@ -32,6 +78,11 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 	pd->ibv.context = context;
 	pd->handle = atomic_fetch_add(&sv_next_handle, 1);
 	pd->ibv.handle = pd->handle;
+	if (share_add_pd(ctx->share, pd->handle)) {
+		atomic_fetch_sub(&ctx->n_pd, 1);
+		free(pd);
+		return sv_fail_null(ENOMEM);
+	}
 	return &pd->ibv;
 }
 
@@ -50,7 +101,9 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 		atomic_fetch_sub(&pd->parent->usecnt, 1);
 		if (pd->td)
 			atomic_fetch_sub(&((struct sv_td *)pd->td)->usecnt, 1);
-	} else {
+	} else if (!pd->imported) {
+		/* (An imported PD's dealloc leaves the original to its own context.) */
+		share_remove_pd(to_svctx(ibpd->context)->share, pd->handle);
 		atomic_fetch_sub(&to_svctx(ibpd->context)->n_pd, 1);
 	}
 	free(pd);
@@ -233,7 +286,7 @@ struct ibv_mr *sv_verbs_mr_create(struct ibv_pd *ibpd, void *addr, size_t length
 	if (!mr)
 		return sv_fail_null(ENOMEM);
 	fill_entry(&entry, pd, addr, length, iova, access);
-	err = sv_mr_table_add(&ctx->mrs, &entry, &mr->index, &key);
+	err = sv_mr_table_add(ctx->mrs, &entry, &mr->index, &key);
 	if (err) {
 		free(mr);
 		return sv_fail_null(-err);
@@ -299,7 +352,7 @@ int sv_verbs_advise_mr(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, ui
 			IBV_ACCESS_LOCAL_WRITE : 0;
 		uint64_t va;
 
-		if (sv_mr_check(ctx->mrs.slots, sg_list[i].lkey, to_svpd(ibpd)->handle,
+		if (sv_mr_check(ctx->mrs->slots, sg_list[i].lkey, to_svpd(ibpd)->handle,
 				need | IBV_ACCESS_ON_DEMAND, sg_list[i].addr, sg_list[i].length,
 				&va) != SV_ACCESS_OK)
 			return EINVAL;
@@ -365,7 +418,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
 	fill_entry(&entry, new_pd, new_addr, new_length, new_iova, new_access);
 	/* The keys stay unless the translation changes (as mlx5 keeps its mkey): a peer
 	 * holding the rkey goes on using it with the new access or PD. */
-	sv_mr_table_update(&ctx->mrs, mr->index, &entry,
+	sv_mr_table_update(ctx->mrs, mr->index, &entry,
 			   !(flags & IBV_REREG_MR_CHANGE_TRANSLATION), &key);
 	if (new_pd != mr->pd) {
 		atomic_fetch_add(&new_pd->usecnt, 1);
@@ -389,10 +442,77 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 	if (!ibmr)
 		return EINVAL;
 	mr = to_svmr(ibmr);
-	sv_mr_table_remove(&to_svctx(ibmr->context)->mrs, mr->index);
+	if (mr->imported) {
+		/* Through an import: the handle goes; the MR stays its owner's to end. */
+		free(mr);
+		return 0;
+	}
+	sv_mr_table_remove(to_svctx(ibmr->context)->mrs, mr->index);
 	atomic_fetch_sub(&mr->pd->usecnt, 1);
 	if (mr->dm)
 		atomic_fetch_sub(&mr->dm->usecnt, 1);
 	free(mr);
 	return 0;
+}
+
+/* --- import: a second handle on objects of a context sharing this one's (ibv_import_device) */
+
+struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
+{
+	struct sv_pd *pd;
+
+	if (!context)
+		return sv_fail_null(EINVAL);
+	if (!share_has_pd(to_svctx(context)->share, pd_handle))
+		return sv_fail_null(EINVAL);
+	pd = calloc(1, sizeof(*pd));
+	if (!pd)
+		return sv_fail_null(ENOMEM);
+	pd->ibv.context = context;
+	pd->ibv.handle = pd_handle;
+	pd->handle = pd_handle; /* the same protection domain */
+	pd->imported = true;
+	return &pd->ibv;
+}
+
+void ibv_unimport_pd(struct ibv_pd *pd)
+{
+	if (pd && to_svpd(pd)->imported)
+		free(to_svpd(pd));
+}
+
+struct ibv_mr *ibv_import_mr(struct ibv_pd *ibpd, uint32_t mr_handle)
+{
+	struct sv_mr_entry e;
+	struct sv_mr *mr;
+	uint32_t key;
+
+	if (!ibpd)
+		return sv_fail_null(EINVAL);
+	/* The handle is the MR's slot in the shared key table. */
+	if (sv_mr_table_read(to_svctx(ibpd->context)->mrs, mr_handle, &e, &key) ||
+	    e.pd != to_svpd(ibpd)->handle)
+		return sv_fail_null(EINVAL);
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return sv_fail_null(ENOMEM);
+	mr->pd = to_svpd(ibpd);
+	mr->access = e.access;
+	mr->iova = e.iova;
+	mr->index = mr_handle;
+	mr->imported = true;
+	mr->ibv.context = ibpd->context;
+	mr->ibv.pd = ibpd;
+	mr->ibv.addr = NULL; /* as rdma-core: the importer does not know the address */
+	mr->ibv.length = e.length;
+	mr->ibv.handle = mr_handle;
+	mr->ibv.lkey = key;
+	mr->ibv.rkey = key;
+	return &mr->ibv;
+}
+
+void ibv_unimport_mr(struct ibv_mr *mr)
+{
+	if (mr && to_svmr(mr)->imported)
+		free(to_svmr(mr));
 }

@@ -480,7 +480,7 @@ static void attach_answer(const struct attach_req *req, struct attach_rep *rep, 
 	rep->seg_len = qp->seg_len;
 	rep->seg_addr = (uintptr_t)qp->seg;
 	fds[0] = qp->seg_fd;
-	fds[1] = to_svctx(qp->ibv.qp_base.context)->mrs.fd;
+	fds[1] = to_svctx(qp->ibv.qp_base.context)->mrs->fd;
 	fds[2] = eng.wake_fd;
 }
 

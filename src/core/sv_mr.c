@@ -111,6 +111,28 @@ int sv_mr_table_update(struct sv_mr_table *t, uint32_t index, const struct sv_mr
 	return 0;
 }
 
+int sv_mr_table_read(struct sv_mr_table *t, uint32_t index, struct sv_mr_entry *e,
+		     uint32_t *key)
+{
+	int err = 0;
+
+	if (index == 0 || index >= SV_MR_SLOTS)
+		return -EINVAL;
+	pthread_mutex_lock(&t->lock);
+	*key = atomic_load_explicit(&t->slots[index].key, memory_order_relaxed);
+	if (!*key) {
+		err = -EINVAL;
+	} else {
+		e->pd = t->slots[index].pd;
+		e->access = t->slots[index].access;
+		e->iova = t->slots[index].iova;
+		e->length = t->slots[index].length;
+		e->vaddr = t->slots[index].vaddr;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return err;
+}
+
 void sv_mr_table_remove(struct sv_mr_table *t, uint32_t index)
 {
 	pthread_mutex_lock(&t->lock);

@@ -50,6 +50,9 @@ void sv_mr_table_destroy(struct sv_mr_table *t);
 /* Allocates a slot and a fresh key. Returns 0 and *index, *key, or -ENOMEM. */
 int sv_mr_table_add(struct sv_mr_table *t, const struct sv_mr_entry *e, uint32_t *index,
 		    uint32_t *key);
+/* A live slot's contents and key (ibv_import_mr): 0, or -EINVAL if none. */
+int sv_mr_table_read(struct sv_mr_table *t, uint32_t index, struct sv_mr_entry *e,
+		     uint32_t *key);
 /* New contents for a slot (rereg), with a fresh key unless @keep_key. */
 int sv_mr_table_update(struct sv_mr_table *t, uint32_t index, const struct sv_mr_entry *e,
 		       bool keep_key, uint32_t *key);

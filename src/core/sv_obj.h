@@ -16,6 +16,7 @@
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,17 +35,38 @@ struct sv_async_event {
 	struct ibv_async_event ev;
 };
 
+/*
+ * What the contexts of one "device file" share: the key table, and the handles that
+ * ibv_import_pd/mr/dm find. A context made by ibv_import_device(cmd_fd) shares its
+ * origin's; the kernel shares a ucontext's objects between the contexts of a uverbs fd
+ * the same way.
+ */
+struct sv_share {
+	struct sv_share *next;     /* all shares of the process (under the shares' lock) */
+	int refs;                  /* contexts using it (under the shares' lock) */
+	dev_t dev;                 /* the cmd_fd's file, as fstat names it */
+	ino_t ino;
+	pthread_mutex_t lock;      /* guards the handles below */
+	uint32_t *pds;             /* live PD handles */
+	int n_pds, cap_pds;
+	struct sv_dm **dms;        /* live device memory, by handle - 1 */
+	int cap_dms;
+	struct sv_mr_table mrs;
+};
+
 struct sv_context {
 	struct verbs_context vctx; /* ABI: ibv_context is its last member */
 	struct sv_host host;       /* the device as this context saw it when opened */
 	pthread_mutex_t lock;      /* guards the async event queue */
 	struct sv_async_event *async_head, *async_tail;
-	struct sv_mr_table mrs;
+	struct sv_share *share;
+	struct sv_mr_table *mrs;   /* &share->mrs */
 	atomic_int n_pd, n_cq, n_qp, n_srq, n_ah;
 };
 
 struct sv_pd {
 	struct ibv_pd ibv;
+	bool imported;        /* ibv_import_pd: a second handle on another context's PD */
 	atomic_int usecnt; /* MRs, QPs, SRQs, AHs and parent domains that name this PD */
 	uint32_t handle;   /* unique in the process: the PD check of remote access */
 	struct sv_pd *parent; /* a parent domain: the PD it protects with (same handle) */
@@ -64,6 +86,7 @@ struct sv_mr {
 	uint64_t iova;
 	uint32_t index; /* slot in ctx->mrs */
 	struct sv_dm *dm; /* an MR on device memory (ibv_reg_dm_mr), or NULL */
+	bool imported;    /* ibv_import_mr */
 };
 
 /* Device memory (ibv_alloc_dm): a buffer of the process, as a NIC's on-chip memory is
@@ -73,6 +96,8 @@ struct sv_dm {
 	unsigned char *buf;
 	size_t length;
 	atomic_int usecnt; /* MRs on it */
+	bool imported;     /* ibv_import_dm */
+	struct sv_share *share;
 };
 
 struct sv_comp_channel {

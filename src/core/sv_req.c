@@ -17,7 +17,7 @@
 static enum ibv_wc_status local_iov(struct sv_qp *qp, const struct sv_send_wqe *w, uint32_t need,
 				    struct iovec *iov, int *n_iov, uint64_t *total)
 {
-	const struct sv_mr_entry *slots = sv_qp_ctx(qp)->mrs.slots;
+	const struct sv_mr_entry *slots = sv_qp_ctx(qp)->mrs->slots;
 
 	*n_iov = 0;
 	*total = 0;
@@ -882,7 +882,7 @@ void sv_req_answer(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 			uint64_t va;
 
 			/* The original value lands in our buffer (checked at transmit). */
-			if (!sv_mr_check(sv_qp_ctx(qp)->mrs.slots, w->sge[0].lkey, qp->pd->handle,
+			if (!sv_mr_check(sv_qp_ctx(qp)->mrs->slots, w->sge[0].lkey, qp->pd->handle,
 					 IBV_ACCESS_LOCAL_WRITE, w->sge[0].addr, 8, &va))
 				memcpy((void *)(uintptr_t)va, &m->u.atomic_value, 8);
 		}

@@ -79,7 +79,7 @@ enum rx_result { RX_CONSUMED, RX_HOLD };
 static enum ibv_wc_status recv_iov(struct sv_qp *qp, const struct ibv_sge *sges, uint32_t n,
 				   struct iovec *iov, int *n_iov, uint64_t *room)
 {
-	const struct sv_mr_entry *slots = sv_qp_ctx(qp)->mrs.slots;
+	const struct sv_mr_entry *slots = sv_qp_ctx(qp)->mrs->slots;
 
 	*n_iov = 0;
 	*room = 0;
@@ -223,7 +223,7 @@ static bool rdma_allowed(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_
 {
 	if (!(atomic_load_explicit(&qp->page->access, memory_order_relaxed) & need))
 		return false;
-	return sv_mr_check(sv_qp_ctx(qp)->mrs.slots, rkey, qp->pd->handle, need, addr, len, va) ==
+	return sv_mr_check(sv_qp_ctx(qp)->mrs->slots, rkey, qp->pd->handle, need, addr, len, va) ==
 	       SV_ACCESS_OK;
 }
 
@@ -297,7 +297,7 @@ static enum rx_result rx_atomic(struct sv_qp *qp, const struct shm_msg *m)
 
 	if (!qp->peer)
 		return RX_CONSUMED;
-	a = sv_mr_check(sv_qp_ctx(qp)->mrs.slots, m->u.atomic.rkey, qp->pd->handle,
+	a = sv_mr_check(sv_qp_ctx(qp)->mrs->slots, m->u.atomic.rkey, qp->pd->handle,
 			IBV_ACCESS_REMOTE_ATOMIC, m->u.atomic.addr, 8, &va);
 	if (!(atomic_load_explicit(&qp->page->access, memory_order_relaxed) & IBV_ACCESS_REMOTE_ATOMIC))
 		a = SV_ACCESS_NO_RIGHT;

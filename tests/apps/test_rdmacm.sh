@@ -12,15 +12,15 @@ need cmtime
 need ib_send_lat
 need mckey
 
-# mckey_pair NAME GROUP: a receiver joins GROUP (2 ids), the sender sends 20 messages
-# on each once both memberships exist (multicast has no port to wait for: the
-# receiver's memberships show in /proc/net/unix).
+# mckey_pair NAME GROUP MGID: a receiver joins GROUP (2 ids), the sender sends 20
+# messages on each once both memberships exist (multicast has no port to wait for: the
+# receiver's memberships show in /proc/net/unix as @softverbs/mcast/MGID/QPN).
 mckey_pair() {
-  local name=$1 group=$2 rcv
+  local name=$1 group=$2 mgid=$3 rcv
   timeout 60 "$SV" run mckey -m "$group" -c 2 -C 20 >"$TMP/$name.rcv" 2>&1 &
   rcv=$!
   for _ in $(seq 100); do
-    [ "$(grep -c '@softverbs/mcast/' /proc/net/unix)" -ge 2 ] && break
+    [ "$(grep -c "@softverbs/mcast/$mgid/" /proc/net/unix)" -ge 2 ] && break
     kill -0 $rcv 2>/dev/null || break
     sleep 0.05
   done
@@ -92,9 +92,12 @@ for A in 127.0.0.1 ${ipv6:+::1}; do
   check "cmtime ($A): connected all 100" contains "$TMP/cmtime_$tag.cli" "^connect  *:"
 done
 
-mckey_pair mckey_v4 239.1.2.3
-[ -n "$ipv6" ] && mckey_pair mckey_v6 ff0e::5
-check "no membership is left behind" test "$(grep -c '@softverbs/mcast/' /proc/net/unix)" -eq 0
+V4_MGID=00000000000000000000ffffef010203 # ::ffff:239.1.2.3
+V6_MGID=ff0e0000000000000000000000000005 # ff0e::5
+mckey_pair mckey_v4 239.1.2.3 $V4_MGID
+[ -n "$ipv6" ] && mckey_pair mckey_v6 ff0e::5 $V6_MGID
+check "no membership is left behind" \
+  test "$(grep -cE "@softverbs/mcast/($V4_MGID|$V6_MGID)/" /proc/net/unix)" -eq 0
 
 # perftest -R resolves its own addresses with AF_INET hints, so ::1 is refused by
 # perftest itself before it calls librdmacm (the same on rdma-core): IPv4 only.
