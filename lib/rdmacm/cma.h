@@ -122,6 +122,8 @@ struct cma_channel {
 	struct rdma_event_channel ch; /* fd: an eventfd counting queued events */
 	struct cma_event *head, *tail;
 	int ids;                      /* ids using it */
+	int readers;                  /* threads inside rdma_get_cm_event on it */
+	bool dead;                    /* destroyed; freed when the last reader leaves */
 };
 
 struct cma_id {

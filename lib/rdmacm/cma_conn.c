@@ -625,10 +625,14 @@ static void *cm_main(void *arg)
 		free_graveyard();
 		next = expire(now_ns());
 		pthread_mutex_unlock(&cma_lock);
-		if (!next)
+		if (!next) {
 			timeout = -1;
-		else
-			timeout = (int)((next - now_ns()) / 1000000ull) + 1;
+		} else {
+			/* The deadline may have passed since expire() looked: then look now. */
+			int64_t left = (int64_t)(next - now_ns());
+
+			timeout = left <= 0 ? 0 : (int)(left / 1000000) + 1;
+		}
 		n = epoll_wait(cm.epfd, evs, 32, timeout);
 		pthread_mutex_lock(&cma_lock);
 		for (int i = 0; i < n; i++) {

@@ -204,6 +204,11 @@ static struct cma_channel *channel_new(void)
 	return c;
 }
 
+/*
+ * Ends @c (under cma_lock). A thread may still be inside rdma_get_cm_event on it (rping
+ * destroys the channel its CM thread blocks on, which rdma-core survives because the
+ * blocked read never returns): the memory then goes when the last reader leaves.
+ */
 static void channel_free(struct cma_channel *c)
 {
 	struct cma_event *e, *next;
@@ -212,8 +217,11 @@ static void channel_free(struct cma_channel *c)
 		next = e->next;
 		free(e);
 	}
+	c->head = c->tail = NULL;
 	close(c->ch.fd);
-	free(c);
+	c->dead = true;
+	if (!c->readers)
+		free(c);
 }
 
 struct rdma_event_channel *rdma_create_event_channel(void)
@@ -242,8 +250,8 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		pthread_mutex_unlock(&cma_lock);
 		return;
 	}
-	pthread_mutex_unlock(&cma_lock);
 	channel_free(c);
+	pthread_mutex_unlock(&cma_lock);
 }
 
 /* --- events -------------------------------------------------------------------------- */
@@ -308,25 +316,35 @@ static void channel_unlink(struct cma_channel *c, struct cma_event *e)
 int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
 	struct cma_channel *c = (struct cma_channel *)channel;
+	struct cma_event *e = NULL;
+	int err = 0;
 
 	if (!c || !event)
 		return fail(EINVAL);
+	pthread_mutex_lock(&cma_lock);
+	if (c->dead) {
+		pthread_mutex_unlock(&cma_lock);
+		return fail(EBADF);
+	}
+	c->readers++;
+	pthread_mutex_unlock(&cma_lock);
 	for (;;) {
 		struct pollfd pfd = { .fd = c->ch.fd, .events = POLLIN };
-		struct cma_event *e;
 		int flags;
 
 		/* Wait (unless the application made the fd non-blocking) without taking a
 		 * count: counts are taken with the event, under the lock. */
 		flags = fcntl(c->ch.fd, F_GETFL);
-		if (flags < 0)
-			return -1;
-		if (poll(&pfd, 1, flags & O_NONBLOCK ? 0 : -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
+		if (flags < 0 || (poll(&pfd, 1, flags & O_NONBLOCK ? 0 : -1) < 0 && errno != EINTR)) {
+			err = errno;
+			pthread_mutex_lock(&cma_lock);
+			break;
 		}
 		pthread_mutex_lock(&cma_lock);
+		if (c->dead) {
+			err = EBADF;
+			break;
+		}
 		e = c->head;
 		if (e) {
 			channel_unlink(c, e);
@@ -334,15 +352,23 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 			if (e->child)
 				e->child->events_out++;
 			cma_event_process(e);
+			break;
 		}
 		pthread_mutex_unlock(&cma_lock);
-		if (e) {
-			*event = &e->ev;
-			return 0;
+		if (flags & O_NONBLOCK) {
+			pthread_mutex_lock(&cma_lock);
+			err = EAGAIN;
+			break;
 		}
-		if (flags & O_NONBLOCK)
-			return fail(EAGAIN);
 	}
+	/* Under cma_lock here. */
+	if (--c->readers == 0 && c->dead)
+		free(c);
+	pthread_mutex_unlock(&cma_lock);
+	if (!e)
+		return fail(err ? err : EAGAIN);
+	*event = &e->ev;
+	return 0;
 }
 
 static void id_free_locked(struct cma_id *id);
@@ -440,8 +466,11 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 		cid->sync = sync;
 	pthread_mutex_unlock(&cma_lock);
 	if (!cid) {
-		if (sync)
+		if (sync) {
+			pthread_mutex_lock(&cma_lock);
 			channel_free(chan);
+			pthread_mutex_unlock(&cma_lock);
+		}
 		return fail(ENOMEM);
 	}
 	*id = &cid->id;

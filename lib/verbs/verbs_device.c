@@ -78,7 +78,7 @@ static void sv_context_set_ops(struct sv_context *ctx)
 	ops->post_send = sv_verbs_post_send;
 	ops->post_recv = sv_verbs_post_recv;
 	ops->post_srq_recv = sv_verbs_post_srq_recv;
-	/* alloc_mw stays NULL: ibv_alloc_mw() then answers EOPNOTSUPP. */
+	sv_verbs_mw_ops(ops);
 
 	v->query_port = sv_verbs_query_port;
 	v->query_device_ex = sv_verbs_query_device_ex;

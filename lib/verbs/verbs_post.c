@@ -26,9 +26,12 @@ static bool opcode_allowed(enum ibv_qp_type type, enum ibv_wr_opcode op)
 	case IBV_WR_RDMA_READ:
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+	case IBV_WR_BIND_MW:
+	case IBV_WR_LOCAL_INV:
+	case IBV_WR_SEND_WITH_INV:
 		return type == IBV_QPT_RC;
 	default:
-		return false; /* memory windows, TSO, driver opcodes: not offered */
+		return false; /* TSO, driver opcodes: not offered */
 	}
 }
 
@@ -97,7 +100,21 @@ static int write_send_wqe(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	wqe->state = SV_WQE_POSTED;
 	wqe->byte_len = 0;
 	wqe->num_sge = (uint32_t)wr->num_sge;
-	if (is_atomic(wr->opcode)) {
+	if (wr->opcode == IBV_WR_BIND_MW) {
+		/* Bound at transmit (sv_req.c): range, access, the MR's lkey and the
+		 * window's current key, for its slot. */
+		const struct ibv_mw_bind_info *b = &wr->bind_mw.bind_info;
+
+		if (!wr->bind_mw.mw || wr->bind_mw.mw->context != qp->ibv.qp_base.context) {
+			return EINVAL;
+		}
+		wqe->remote_addr = b->addr;
+		wqe->compare_add = b->length;
+		wqe->rkey = wr->bind_mw.rkey;
+		wqe->imm_data = b->mw_access_flags;
+		wqe->swap = (uint64_t)(b->mr ? b->mr->lkey : 0) << 32 | wr->bind_mw.mw->rkey;
+		wqe->num_sge = 0;
+	} else if (is_atomic(wr->opcode)) {
 		wqe->remote_addr = wr->wr.atomic.remote_addr;
 		wqe->rkey = wr->wr.atomic.rkey;
 		wqe->compare_add = wr->wr.atomic.compare_add;

@@ -59,7 +59,10 @@ static uint32_t random_tag(void)
 
 static uint32_t make_key(uint32_t index)
 {
-	return (random_tag() << SV_MR_INDEX_BITS) | index;
+	uint32_t tag = random_tag(); /* 12 bits */
+
+	return (tag >> 8) << (SV_MR_KEY_SHIFT + SV_MR_INDEX_BITS) | index << SV_MR_KEY_SHIFT |
+	       (tag & 0xff);
 }
 
 /*
@@ -71,6 +74,7 @@ static void publish(struct sv_mr_entry *slot, const struct sv_mr_entry *e, uint3
 	atomic_store_explicit(&slot->key, 0, memory_order_relaxed);
 	slot->pd = e->pd;
 	slot->access = e->access;
+	slot->flags = e->flags;
 	slot->iova = e->iova;
 	slot->length = e->length;
 	slot->vaddr = e->vaddr;
@@ -111,6 +115,37 @@ int sv_mr_table_update(struct sv_mr_table *t, uint32_t index, const struct sv_mr
 	return 0;
 }
 
+int sv_mr_table_rekey(struct sv_mr_table *t, uint32_t old_key, const struct sv_mr_entry *e,
+		      uint32_t new_key)
+{
+	uint32_t index = sv_mr_key_index(old_key);
+	int err = 0;
+
+	if (!old_key || !new_key || sv_mr_key_index(new_key) != index || index == 0)
+		return -EINVAL;
+	pthread_mutex_lock(&t->lock);
+	if (atomic_load_explicit(&t->slots[index].key, memory_order_relaxed) != old_key)
+		err = -EINVAL;
+	else
+		publish(&t->slots[index], e, new_key);
+	pthread_mutex_unlock(&t->lock);
+	return err;
+}
+
+int sv_mr_table_invalidate_mw(struct sv_mr_table *t, uint32_t key, uint32_t pd)
+{
+	const struct sv_mr_entry *cur;
+	struct sv_mr_entry e = { .pd = pd, .flags = SV_MR_F_MW };
+
+	if (!key)
+		return -EINVAL;
+	cur = &t->slots[sv_mr_key_index(key)];
+	if (atomic_load_explicit(&cur->key, memory_order_acquire) != key ||
+	    !(cur->flags & SV_MR_F_MW) || cur->pd != pd)
+		return -EINVAL;
+	return sv_mr_table_rekey(t, key, &e, key);
+}
+
 int sv_mr_table_read(struct sv_mr_table *t, uint32_t index, struct sv_mr_entry *e,
 		     uint32_t *key)
 {
@@ -146,7 +181,7 @@ void sv_mr_table_remove(struct sv_mr_table *t, uint32_t index)
 enum sv_access_result sv_mr_check(const struct sv_mr_entry *slots, uint32_t key, uint32_t pd,
 				  uint32_t need, uint64_t addr, uint64_t len, uint64_t *vaddr)
 {
-	const struct sv_mr_entry *e = &slots[key & (SV_MR_SLOTS - 1)];
+	const struct sv_mr_entry *e = &slots[sv_mr_key_index(key)];
 	uint64_t off;
 
 	struct sv_mr_entry c;

@@ -1,9 +1,10 @@
 /*
  * The memory-key table of a context: lkey/rkey -> registered range.
  *
- * A key is (tag << SV_MR_INDEX_BITS) | index: the index names a slot, the tag is random
- * per registration, so a key is not guessable from another key and a stale key
- * (deregistered, slot reused) misses. Every access through a key, local or remote, is
+ * A key is tag_hi << 28 | index << 8 | tag_lo: the index names a slot, the 12-bit tag is
+ * random per registration, so a key is not guessable from another key and a stale key
+ * (deregistered, slot reused) misses. The low 8 bits are the IBA's "key" part of an
+ * R_Key: a memory window rebound with ibv_inc_rkey() keeps its slot. Every access through a key, local or remote, is
  * checked by sv_mr_check(): key, PD, access right, bounds (overflow-safe).
  */
 #ifndef SV_MR_H
@@ -16,12 +17,20 @@
 
 #define SV_MR_INDEX_BITS 20
 #define SV_MR_SLOTS (1u << SV_MR_INDEX_BITS)
+#define SV_MR_KEY_SHIFT 8
+
+static inline uint32_t sv_mr_key_index(uint32_t key)
+{
+	return (key >> SV_MR_KEY_SHIFT) & (SV_MR_SLOTS - 1);
+}
+
+enum { SV_MR_F_MW = 1 }; /* sv_mr_entry.flags: a memory window */
 
 struct sv_mr_entry {
 	_Atomic uint32_t key; /* 0 = free slot; written last, cleared first */
 	uint32_t pd;      /* handle of the owning PD */
 	uint32_t access;  /* enum ibv_access_flags */
-	uint32_t pad;
+	uint32_t flags;   /* SV_MR_F_* */
 	uint64_t iova;    /* first address peers and SGEs use */
 	uint64_t length;
 	uint64_t vaddr;   /* where iova maps to in the owner's address space */
@@ -50,6 +59,14 @@ void sv_mr_table_destroy(struct sv_mr_table *t);
 /* Allocates a slot and a fresh key. Returns 0 and *index, *key, or -ENOMEM. */
 int sv_mr_table_add(struct sv_mr_table *t, const struct sv_mr_entry *e, uint32_t *index,
 		    uint32_t *key);
+/* New contents for a live slot under a new key of the same slot (a memory window's
+ * bind, invalidation): 0, or -EINVAL if @old_key no longer names it or @new_key names
+ * another slot. */
+int sv_mr_table_rekey(struct sv_mr_table *t, uint32_t old_key, const struct sv_mr_entry *e,
+		      uint32_t new_key);
+/* A memory window of PD @pd named by @key reaches nothing any more (its key stays):
+ * IBV_WR_LOCAL_INV, SEND_WITH_INV. 0, or -EINVAL if @key is no such window. */
+int sv_mr_table_invalidate_mw(struct sv_mr_table *t, uint32_t key, uint32_t pd);
 /* A live slot's contents and key (ibv_import_mr): 0, or -EINVAL if none. */
 int sv_mr_table_read(struct sv_mr_table *t, uint32_t index, struct sv_mr_entry *e,
 		     uint32_t *key);

@@ -350,6 +350,9 @@ static enum tx_result tx_send(struct sv_qp *qp, struct sv_peer *peer, struct sv_
 	m.len = (uint32_t)total;
 	if (reliable)
 		m.msn = qp->next_msn + 1;
+	/* SEND_WITH_INV: the responder's window to invalidate rides where a SEND has room. */
+	if (w->opcode == IBV_WR_SEND_WITH_INV)
+		m.u.rdma.rkey = w->imm_data;
 
 	if (m.op == SHM_OP_WRITE_IMM) {
 		err = sv_put_msg(peer, &m, NULL, NULL, 0, 0);
@@ -557,6 +560,37 @@ static enum tx_result tx_mcast(struct sv_qp *qp, struct sv_send_wqe *w)
 	return TX_DONE;
 }
 
+/*
+ * IBV_WR_BIND_MW (IBA 10.6.7.2): the window (its current key in swap's low half) takes
+ * the range [remote_addr, + compare_add) of the MR whose lkey is swap's high half, with
+ * the access in imm_data, under the new key in rkey. A zero length unbinds.
+ */
+static enum ibv_wc_status mw_bind(struct sv_qp *qp, const struct sv_send_wqe *w)
+{
+	struct sv_mr_table *t = sv_qp_ctx(qp)->mrs;
+	uint32_t mw_key = (uint32_t)w->swap, mr_lkey = (uint32_t)(w->swap >> 32);
+	const struct sv_mr_entry *cur = &t->slots[sv_mr_key_index(mw_key)];
+	struct sv_mr_entry e = { .flags = SV_MR_F_MW };
+	uint64_t va;
+
+	if (!mw_key || atomic_load_explicit(&cur->key, memory_order_acquire) != mw_key ||
+	    !(cur->flags & SV_MR_F_MW))
+		return IBV_WC_MW_BIND_ERR;
+	e.pd = cur->pd;
+	if (w->compare_add) {
+		/* The MR must allow binds, be of the window's PD and hold the range. */
+		if (!mr_lkey || sv_mr_check(t->slots, mr_lkey, e.pd, IBV_ACCESS_MW_BIND,
+					    w->remote_addr, w->compare_add, &va) != SV_ACCESS_OK)
+			return IBV_WC_MW_BIND_ERR;
+		e.access = w->imm_data & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+					  IBV_ACCESS_REMOTE_ATOMIC);
+		e.iova = (w->imm_data & IBV_ACCESS_ZERO_BASED) ? 0 : w->remote_addr;
+		e.length = w->compare_add;
+		e.vaddr = va;
+	}
+	return sv_mr_table_rekey(t, mw_key, &e, w->rkey) ? IBV_WC_MW_BIND_ERR : IBV_WC_SUCCESS;
+}
+
 static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 {
 	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
@@ -576,6 +610,17 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 		}
 		return peer ? tx_send(qp, peer, w, false) : TX_BLOCKED;
 	}
+	/* Local work: in order with the rest of the send queue, no peer involved. */
+	if (w->opcode == IBV_WR_BIND_MW) {
+		sv_wqe_done(w, mw_bind(qp, w));
+		return TX_DONE;
+	}
+	if (w->opcode == IBV_WR_LOCAL_INV) {
+		sv_wqe_done(w, sv_mr_table_invalidate_mw(sv_qp_ctx(qp)->mrs, w->imm_data,
+							 qp->pd->handle) ?
+			       IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS);
+		return TX_DONE;
+	}
 	if (!peer && sv_hint(qp->connect_pending)) {
 		/* Attach with no lock held (sv_qp_tx_connect), then transmit. */
 		qp->want_connect = true;
@@ -593,6 +638,7 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 	switch (w->opcode) {
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_SEND_WITH_INV:
 		return tx_send(qp, peer, w, type == IBV_QPT_RC);
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:

@@ -70,6 +70,12 @@ static void recv_complete(struct sv_qp *qp, const struct sv_recv *r, const struc
 	}
 	if (m->flags & SHM_F_GRH)
 		wc.wc_flags |= IBV_WC_GRH;
+	/* SEND_WITH_INV (IBA 10.6.7.3): the window named goes, then the receive completes. */
+	if (m->op == SHM_OP_SEND && m->u.rdma.rkey && st == IBV_WC_SUCCESS &&
+	    !sv_mr_table_invalidate_mw(sv_qp_ctx(qp)->mrs, m->u.rdma.rkey, qp->pd->handle)) {
+		wc.invalidated_rkey = m->u.rdma.rkey;
+		wc.wc_flags |= IBV_WC_WITH_INV;
+	}
 	sv_cq_push(qp->rcq, &wc, (m->flags & SHM_F_SOLICITED) != 0);
 }
 

@@ -48,6 +48,6 @@ pair() {
   check "$name: client exits 0" test $crc -eq 0
   check "$name: server exits 0" test $src -eq 0
   if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
-    tail -5 "$TMP/$name.srv" "$TMP/$name.cli" | sed 's/^/    /'
+    tail -n 5 "$TMP/$name.srv" "$TMP/$name.cli" | sed 's/^/    /'
   fi
 }

@@ -32,7 +32,7 @@ mckey_pair() {
   check "$name ($group): receiver exits 0" test $rrc -eq 0
   check "$name ($group): receiver got every message" contains "$TMP/$name.rcv" "data transfers complete"
   if [ $src -ne 0 ] || [ $rrc -ne 0 ]; then
-    tail -5 "$TMP/$name.rcv" "$TMP/$name.snd" | sed 's/^/    /'
+    tail -n 5 "$TMP/$name.rcv" "$TMP/$name.snd" | sed 's/^/    /'
   fi
 }
 
@@ -58,7 +58,7 @@ cm_pair() {
   check "$name ($addr): client exits 0" test $crc -eq 0
   check "$name ($addr): server exits 0" test $src -eq 0
   if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
-    tail -5 "$TMP/$name.srv" "$TMP/$name.cli" | sed 's/^/    /'
+    tail -n 5 "$TMP/$name.srv" "$TMP/$name.cli" | sed 's/^/    /'
   fi
 }
 

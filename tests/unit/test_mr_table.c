@@ -29,7 +29,8 @@ static void test_keys_unique_and_tagged(void **state)
 		assert_int_not_equal(keys[i], 0);
 		for (int j = 0; j < i; j++)
 			assert_int_not_equal(keys[i], keys[j]);
-		tags_seen |= 1u << ((keys[i] >> SV_MR_INDEX_BITS) & 31);
+		assert_int_equal(sv_mr_key_index(keys[i]), idx);
+		tags_seen |= 1u << (keys[i] & 31);
 	}
 	/* Random tags: 64 draws of 12 bits do not all land in a handful of values. */
 	assert_true(__builtin_popcount(tags_seen) > 8);
