@@ -149,6 +149,8 @@ struct cma_id {
 	struct rdma_conn_param conn;  /* ours, as given to connect/accept */
 	unsigned char conn_pd[CMA_PD_MAX]; /* connect's private data, kept until sent */
 	bool req_sent;             /* active: the MPA request went out */
+	bool retrying;             /* active: refused; connect again at deadline_ns */
+	uint64_t connect_start_ns; /* active: when rdma_connect was called */
 	uint8_t resp_res;          /* negotiated: this side's responder resources (RTR) */
 	uint8_t init_depth;        /* negotiated: this side's initiator depth (RTS) */
 	uint8_t ack_timeout;       /* RDMA_OPTION_ID_ACK_TIMEOUT, 0: the default */

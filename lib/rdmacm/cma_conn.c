@@ -18,6 +18,7 @@
 #include "cma.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -370,6 +371,29 @@ static void active_refused(struct cma_id *id)
 	cma_event_post(e);
 }
 
+/*
+ * A refused TCP connect is nobody listening, but a listener may be a moment away:
+ * perftest -R connects right after a handshake its server answers before it listens,
+ * which on a loaded host loses the race. Refusals are retried for a quarter second (a
+ * RoCE REQ to the port would be rejected at once: the one difference).
+ */
+#define REFUSED_GRACE_NS 250000000ull
+#define REFUSED_RETRY_NS 10000000ull
+
+static void refused(struct cma_id *id)
+{
+	uint64_t now = now_ns();
+
+	if (now - id->connect_start_ns < REFUSED_GRACE_NS) {
+		cma_unwatch(id);
+		id->retrying = true;
+		id->deadline_ns = now + REFUSED_RETRY_NS;
+		cma_kick();
+		return;
+	}
+	active_refused(id);
+}
+
 static void active_fail(struct cma_id *id, enum rdma_cm_event_type type, int status)
 {
 	struct cma_event *e;
@@ -389,7 +413,7 @@ static void active_connected(struct cma_id *id)
 
 	if (getsockopt(id->fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
 		if (err == ECONNREFUSED)
-			active_refused(id);
+			refused(id);
 		else
 			active_fail(id, RDMA_CM_EVENT_UNREACHABLE, -(err ? err : EIO));
 		return;
@@ -524,7 +548,7 @@ static void on_input(struct cma_id *id, uint32_t events)
 			pending_drop(id, "closed before its request");
 		else if (id->state == CMA_CONNECT && id->rx_len == 0 && n < 0 &&
 			 errno == ECONNREFUSED)
-			active_refused(id);
+			refused(id);
 		else
 			peer_gone(id);
 		return;
@@ -578,6 +602,42 @@ static void on_input(struct cma_id *id, uint32_t events)
 	}
 }
 
+/* Connects again after a refusal, from a new socket on the same address and port (a
+ * socket whose connect failed cannot connect again). */
+static void retry_connect(struct cma_id *id)
+{
+	const struct sockaddr *dst = &id->id.route.addr.dst_addr;
+	const struct sockaddr *src = &id->id.route.addr.src_addr;
+	int one = 1, fd;
+
+	id->retrying = false;
+	fd = socket(src->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd >= 0) {
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (src->sa_family == AF_INET6)
+			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &(int){ id->afonly }, sizeof(int));
+		if (bind(fd, src, (socklen_t)cma_sockaddr_len(src))) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	if (fd < 0) {
+		active_fail(id, RDMA_CM_EVENT_UNREACHABLE, -errno);
+		return;
+	}
+	cma_close_fd(id);
+	id->fd = fd;
+	if (connect(id->fd, dst, (socklen_t)cma_sockaddr_len(dst)) && errno != EINPROGRESS) {
+		if (errno == ECONNREFUSED)
+			refused(id);
+		else
+			active_fail(id, RDMA_CM_EVENT_UNREACHABLE, -errno);
+		return;
+	}
+	id->deadline_ns = id->connect_start_ns + REPLY_WAIT_NS;
+	cma_watch(id, EPOLLOUT);
+}
+
 static void on_timeout(struct cma_id *id)
 {
 	id->deadline_ns = 0;
@@ -587,6 +647,10 @@ static void on_timeout(struct cma_id *id)
 	}
 	switch (id->state) {
 	case CMA_CONNECT:
+		if (id->retrying) {
+			retry_connect(id);
+			break;
+		}
 		active_fail(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
 		break;
 	case CMA_ACCEPTED:
@@ -818,11 +882,13 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 			    (socklen_t)cma_sockaddr_len(&id->route.addr.dst_addr)) &&
 	    errno != EINPROGRESS)
 		err = errno;
+	cid->connect_start_ns = now_ns();
+	cid->retrying = false;
 	if (err == ECONNREFUSED) {
-		/* Loopback can refuse at once: the same event as a refusal seen later. */
+		/* Loopback can refuse at once: the same as a refusal seen later. */
 		err = 0;
 		cid->state = CMA_CONNECT;
-		active_refused(cid);
+		refused(cid);
 	} else if (!err) {
 		cid->state = CMA_CONNECT;
 		cid->deadline_ns = now_ns() + REPLY_WAIT_NS;

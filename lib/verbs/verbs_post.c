@@ -471,14 +471,41 @@ static void wr_unsupported(struct ibv_qp_ex *qpx)
 {
 	wr_fail(to_svqp_ex(qpx), EOPNOTSUPP);
 }
+/* Memory windows through the builder: the same WQEs as ibv_post_send makes. */
 static void wr_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey,
 		       const struct ibv_mw_bind_info *info)
 {
-	(void)mw, (void)rkey, (void)info;
-	wr_unsupported(q);
+	struct sv_send_wqe *w;
+
+	if (!mw || !info || mw->context != q->qp_base.context) {
+		wr_fail(to_svqp_ex(q), EINVAL);
+		return;
+	}
+	w = wr_open(q, IBV_WR_BIND_MW);
+	if (!w)
+		return;
+	w->remote_addr = info->addr;
+	w->compare_add = info->length;
+	w->rkey = rkey;
+	w->imm_data = info->mw_access_flags;
+	w->swap = (uint64_t)(info->mr ? info->mr->lkey : 0) << 32 | mw->rkey;
 }
-static void wr_local_inv(struct ibv_qp_ex *q, uint32_t rkey) { (void)rkey; wr_unsupported(q); }
-static void wr_send_inv(struct ibv_qp_ex *q, uint32_t rkey) { (void)rkey; wr_unsupported(q); }
+
+static void wr_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
+{
+	struct sv_send_wqe *w = wr_open(q, IBV_WR_LOCAL_INV);
+
+	if (w)
+		w->imm_data = rkey;
+}
+
+static void wr_send_inv(struct ibv_qp_ex *q, uint32_t rkey)
+{
+	struct sv_send_wqe *w = wr_open(q, IBV_WR_SEND_WITH_INV);
+
+	if (w)
+		w->imm_data = rkey;
+}
 static void wr_send_tso(struct ibv_qp_ex *q, void *hdr, uint16_t sz, uint16_t mss)
 {
 	(void)hdr, (void)sz, (void)mss;
