@@ -41,6 +41,14 @@ static enum ibv_wc_status local_iov(struct sv_qp *qp, const struct sv_send_wqe *
 static enum ibv_wc_status wqe_iov(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t need,
 				  struct iovec *iov, int *n_iov, uint64_t *total)
 {
+	if (w->opcode == IBV_WR_ATOMIC_WRITE) {
+		/* The 8 bytes travel in the WQE (ibv_wr_atomic_write copied them). */
+		iov[0].iov_base = &w->compare_add;
+		iov[0].iov_len = 8;
+		*n_iov = 1;
+		*total = 8;
+		return IBV_WC_SUCCESS;
+	}
 	if (w->send_flags & IBV_SEND_INLINE) {
 		iov[0].iov_base = sv_send_wqe_inline(w, &qp->sq);
 		iov[0].iov_len = w->inline_len;
@@ -643,6 +651,7 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 	case IBV_WR_RDMA_READ:
+	case IBV_WR_ATOMIC_WRITE:
 		return tx_rdma(qp, peer, w);
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
