@@ -197,6 +197,7 @@ int cma_wait_event(struct cma_id *id, enum rdma_cm_event_type want);
 void cma_id_fill_route(struct cma_id *id);
 int cma_sockaddr_len(const struct sockaddr *sa);
 uint16_t cma_port_of(const struct sockaddr *sa);
+int cma_bound_socket(const struct cma_id *id, const struct sockaddr *addr);
 bool cma_addr_is_local(const struct sockaddr *sa);
 void cma_gid_from_addr(union ibv_gid *gid, const struct sockaddr *sa);
 void cma_id_release(struct cma_id *id);

@@ -221,18 +221,7 @@ static void fill_ud_param(struct cma_id *id, struct rdma_ud_param *p)
 	p->ah_attr.is_global = 1;
 	memcpy(p->ah_attr.grh.dgid.raw, id->remote.gid, 16);
 	p->ah_attr.grh.hop_limit = 64;
-	p->ah_attr.grh.sgid_index = 0;
-	{
-		union ibv_gid g;
-
-		for (int i = 0; i < port.gid_tbl_len; i++) {
-			if (!ibv_query_gid(id->id.verbs, 1, i, &g) &&
-			    !memcmp(&g, &id->id.route.addr.addr.ibaddr.sgid, sizeof(g))) {
-				p->ah_attr.grh.sgid_index = (uint8_t)i;
-				break;
-			}
-		}
-	}
+	p->ah_attr.grh.sgid_index = (uint8_t)cma_sgid_index(id);
 	p->ah_attr.dlid = port.lid;
 	p->ah_attr.port_num = 1;
 }
@@ -607,22 +596,12 @@ static void on_input(struct cma_id *id, uint32_t events)
 static void retry_connect(struct cma_id *id)
 {
 	const struct sockaddr *dst = &id->id.route.addr.dst_addr;
-	const struct sockaddr *src = &id->id.route.addr.src_addr;
-	int one = 1, fd;
+	int fd;
 
 	id->retrying = false;
-	fd = socket(src->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd >= 0) {
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (src->sa_family == AF_INET6)
-			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &(int){ id->afonly }, sizeof(int));
-		if (bind(fd, src, (socklen_t)cma_sockaddr_len(src))) {
-			close(fd);
-			fd = -1;
-		}
-	}
+	fd = cma_bound_socket(id, &id->id.route.addr.src_addr);
 	if (fd < 0) {
-		active_fail(id, RDMA_CM_EVENT_UNREACHABLE, -errno);
+		active_fail(id, RDMA_CM_EVENT_UNREACHABLE, fd);
 		return;
 	}
 	cma_close_fd(id);

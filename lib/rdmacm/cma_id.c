@@ -184,7 +184,7 @@ static int check_family(const struct sockaddr *sa)
 	if (!sa)
 		return EINVAL;
 	if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
-		return sa->sa_family == AF_IB ? EAFNOSUPPORT : EAFNOSUPPORT;
+		return EAFNOSUPPORT; /* AF_IB too: no IB addressing on this port */
 	return 0;
 }
 
@@ -612,36 +612,46 @@ static int claim_port(struct cma_id *id, uint16_t port)
 	return 0;
 }
 
+/* A TCP socket for @id bound to @addr, with the id's options: the fd, or -errno. */
+int cma_bound_socket(const struct cma_id *id, const struct sockaddr *addr)
+{
+	int one = 1, fd, err;
+
+	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (addr->sa_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &(int){ id->afonly }, sizeof(int));
+	if (id->tos)
+		setsockopt(fd, IPPROTO_IP, IP_TOS, &(int){ id->tos }, sizeof(int));
+	if (bind(fd, addr, (socklen_t)cma_sockaddr_len(addr))) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
 /* Binds @id's TCP socket to @addr (port 0: one is picked) and claims the port. Under
  * cma_lock. */
 static int id_bind(struct cma_id *id, const struct sockaddr *addr)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
-	int one = 1, fd, err;
+	int fd, err;
 
 	for (int attempt = 0;; attempt++) {
-		fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		fd = cma_bound_socket(id, addr);
 		if (fd < 0)
-			return errno;
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (addr->sa_family == AF_INET6) {
-			int v6only = id->afonly;
-
-			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
-		}
-		if (id->tos)
-			setsockopt(fd, IPPROTO_IP, IP_TOS, &(int){ id->tos }, sizeof(int));
+			return -fd;
 		len = sizeof(ss);
-		if (bind(fd, addr, (socklen_t)cma_sockaddr_len(addr)) ||
-		    getsockname(fd, (struct sockaddr *)&ss, &len)) {
+		if (getsockname(fd, (struct sockaddr *)&ss, &len)) {
 			err = errno;
 			close(fd);
 			return err;
 		}
-		err = claim_port(id, ntohs(ss.ss_family == AF_INET ?
-					   ((struct sockaddr_in *)&ss)->sin_port :
-					   ((struct sockaddr_in6 *)&ss)->sin6_port));
+		err = claim_port(id, cma_port_of((struct sockaddr *)&ss));
 		if (!err)
 			break;
 		close(fd);
