@@ -666,6 +666,11 @@ bool tp_fresh(const char *test_name, int timeout_ms)
 
 void tp_start(struct tp_peer *p)
 {
+	tp_spawn(p, "tp-agent", agent_flag);
+}
+
+void tp_spawn(struct tp_peer *p, const char *argv0, const char *flag)
+{
 	int sv[2];
 	pid_t parent = getpid();
 
@@ -684,7 +689,7 @@ void tp_start(struct tp_peer *p)
 			_exit(99);
 		snprintf(fd, sizeof(fd), "%d", sv[1]);
 		fcntl(sv[1], F_SETFD, 0);
-		execl("/proc/self/exe", "tp-agent", agent_flag, fd, (char *)NULL);
+		execl("/proc/self/exe", argv0, flag, fd, (char *)NULL);
 		_exit(98);
 	}
 	close(sv[1]);

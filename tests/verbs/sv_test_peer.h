@@ -177,6 +177,9 @@ bool tp_fresh(const char *test_name, int timeout_ms);
 
 /* Starts an agent. Fails the test if it cannot. */
 void tp_start(struct tp_peer *p);
+/* The same with another role: runs this program again as `argv0 flag FD`, FD being the
+ * child's end of the socketpair in p->sock (the program's main() dispatches on flag). */
+void tp_spawn(struct tp_peer *p, const char *argv0, const char *flag);
 /* Asks the agent to clean up and exit; fails the test unless it exits with 0. */
 void tp_stop(struct tp_peer *p);
 /* SIGKILL now, then reap (bounded). */

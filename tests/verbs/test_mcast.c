@@ -1105,30 +1105,7 @@ static void member_run(void **state)
 
 static void member_start(struct tp_peer *p)
 {
-	int sv[2];
-	pid_t parent = getpid();
-
-	memset(p, 0, sizeof(*p));
-	p->sock = p->pidfd = -1;
-	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-	fflush(NULL);
-	p->pid = fork();
-	assert_true(p->pid >= 0);
-	if (p->pid == 0) {
-		char fd[16];
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(99);
-		snprintf(fd, sizeof(fd), "%d", sv[1]);
-		fcntl(sv[1], F_SETFD, 0);
-		execl("/proc/self/exe", "mcast-member", member_flag, fd, (char *)NULL);
-		_exit(98);
-	}
-	close(sv[1]);
-	p->sock = sv[0];
-	p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
-	assert_true(p->pidfd >= 0);
+	tp_spawn(p, "mcast-member", member_flag);
 }
 
 static void member_call(struct tp_peer *p, const struct mb_req *q, struct mb_rep *rep,
