@@ -193,7 +193,7 @@ struct ibv_pd *cma_default_pd(struct ibv_context *ctx);
 struct cma_event *cma_event_new(struct cma_id *id, enum rdma_cm_event_type type, int status);
 void cma_event_post(struct cma_event *e);
 struct cma_id *cma_id_new(struct cma_channel *chan, void *context, enum rdma_port_space ps);
-int cma_wait_event(struct cma_id *id, enum rdma_cm_event_type want);
+int cma_wait_event(struct cma_id *id);
 void cma_id_fill_route(struct cma_id *id);
 int cma_sockaddr_len(const struct sockaddr *sa);
 uint16_t cma_port_of(const struct sockaddr *sa);

@@ -877,7 +877,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	if (err)
 		return fail(err);
 	if (cid->sync)
-		return cma_wait_event(cid, RDMA_CM_EVENT_ESTABLISHED);
+		return cma_wait_event(cid);
 	return 0;
 }
 
@@ -968,7 +968,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		cid->id.event = NULL;
 	}
 	if (cid->sync && !ud)
-		return cma_wait_event(cid, RDMA_CM_EVENT_ESTABLISHED);
+		return cma_wait_event(cid);
 	return 0;
 }
 
@@ -1062,6 +1062,6 @@ int rdma_disconnect(struct rdma_cm_id *id)
 	if (err)
 		return fail(err);
 	if (cid->sync)
-		return cma_wait_event(cid, RDMA_CM_EVENT_DISCONNECTED);
+		return cma_wait_event(cid);
 	return 0;
 }

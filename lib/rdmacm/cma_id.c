@@ -558,14 +558,13 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 }
 
 /* For a synchronous id: waits for its next event and keeps it in id->event. Like
- * rdma-core's, it judges by the status only (@want documents the caller's intent):
- * 0, or -1 with errno ECONNREFUSED for a reject, else the status as an errno. */
-int cma_wait_event(struct cma_id *id, enum rdma_cm_event_type want)
+ * rdma-core's, it judges by the status only, not the event's type: 0, or -1 with errno
+ * ECONNREFUSED for a reject, else the status as an errno. */
+int cma_wait_event(struct cma_id *id)
 {
 	struct rdma_cm_event *ev;
 	int status;
 
-	(void)want;
 	if (id->id.event) {
 		rdma_ack_cm_event(id->id.event);
 		id->id.event = NULL;
@@ -802,7 +801,7 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 	cid->state = status ? cid->state : CMA_ADDR_QUERY;
 	pthread_mutex_unlock(&cma_lock);
 	if (cid->sync)
-		return cma_wait_event(cid, RDMA_CM_EVENT_ADDR_RESOLVED);
+		return cma_wait_event(cid);
 	return 0;
 }
 
@@ -859,7 +858,7 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 	if (!e)
 		return fail(ENOMEM);
 	if (cid->sync)
-		return cma_wait_event(cid, RDMA_CM_EVENT_ROUTE_RESOLVED);
+		return cma_wait_event(cid);
 	return 0;
 }
 

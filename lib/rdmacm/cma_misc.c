@@ -132,7 +132,7 @@ int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex
 	cma_event_post(e);
 	pthread_mutex_unlock(&cma_lock);
 	if (cid->sync)
-		return cma_wait_event(cid, RDMA_CM_EVENT_MULTICAST_JOIN);
+		return cma_wait_event(cid);
 	return 0;
 }
 
