@@ -483,6 +483,7 @@ static void active_reply(struct cma_id *id, const struct iw_mpa_frame *f)
 /* The peer closed (or broke) the connection. */
 static void peer_gone(struct cma_id *id)
 {
+	sv_dbg("rdma_cm: id %p (%s): the peer closed", (void *)id, cma_state_name[id->state]);
 	switch (id->state) {
 	case CMA_CONNECT:
 		active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
@@ -619,6 +620,7 @@ static void retry_connect(struct cma_id *id)
 
 static void on_timeout(struct cma_id *id)
 {
+	sv_dbg("rdma_cm: id %p (%s): deadline", (void *)id, cma_state_name[id->state]);
 	id->deadline_ns = 0;
 	if (id->parent) {
 		pending_drop(id, "no request in time");

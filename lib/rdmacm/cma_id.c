@@ -789,7 +789,7 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 		cma_gid_from_addr(&id->route.addr.addr.ibaddr.sgid, &id->route.addr.src_addr);
 		cma_gid_from_addr(&id->route.addr.addr.ibaddr.dgid, dst_addr);
 		id->route.addr.addr.ibaddr.pkey = htons(0xffff);
-		cid->state = CMA_ADDR_BOUND;
+		cid->state = CMA_ADDR_QUERY; /* resolved; the event may be unread yet */
 	}
 	e = cma_event_new(cid, status ? RDMA_CM_EVENT_ADDR_ERROR : RDMA_CM_EVENT_ADDR_RESOLVED,
 			  status);
@@ -798,7 +798,6 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 		return fail(ENOMEM);
 	}
 	cma_event_post(e);
-	cid->state = status ? cid->state : CMA_ADDR_QUERY;
 	pthread_mutex_unlock(&cma_lock);
 	if (cid->sync)
 		return cma_wait_event(cid);
