@@ -40,6 +40,7 @@ int sv_verbs_free_dm(struct ibv_dm *dm);
 struct ibv_mr *sv_verbs_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t dm_offset,
 				  size_t length, unsigned int access);
 void sv_verbs_mw_ops(struct ibv_context_ops *ops);
+void sv_verbs_xrc_ops(struct verbs_context *v);
 int sv_verbs_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
 		       struct ibv_sge *sg_list, uint32_t num_sge);
 int sv_verbs_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *values);

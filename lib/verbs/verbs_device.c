@@ -93,6 +93,7 @@ static void sv_context_set_ops(struct sv_context *ctx)
 	v->free_dm = sv_verbs_free_dm;
 	v->reg_dm_mr = sv_verbs_reg_dm_mr;
 	v->dealloc_td = sv_verbs_dealloc_td;
+	sv_verbs_xrc_ops(v);
 	v->sz = sizeof(struct verbs_context);
 }
 

@@ -16,13 +16,17 @@
 
 static bool opcode_allowed(enum ibv_qp_type type, enum ibv_wr_opcode op)
 {
+	bool rc = type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND;
+
+	if (type == IBV_QPT_XRC_RECV)
+		return false; /* an XRC target has no send queue */
 	switch (op) {
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
 		return true;
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
-		return type == IBV_QPT_RC || type == IBV_QPT_UC;
+		return rc || type == IBV_QPT_UC;
 	case IBV_WR_RDMA_READ:
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
@@ -30,7 +34,7 @@ static bool opcode_allowed(enum ibv_qp_type type, enum ibv_wr_opcode op)
 	case IBV_WR_LOCAL_INV:
 	case IBV_WR_SEND_WITH_INV:
 	case IBV_WR_ATOMIC_WRITE:
-		return type == IBV_QPT_RC;
+		return rc;
 	default:
 		return false; /* TSO, driver opcodes: not offered */
 	}
@@ -102,6 +106,7 @@ static int write_send_wqe(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	wqe->state = SV_WQE_POSTED;
 	wqe->byte_len = 0;
 	wqe->num_sge = (uint32_t)wr->num_sge;
+	wqe->xrc_srqn = type == IBV_QPT_XRC_SEND ? wr->qp_type.xrc.remote_srqn : 0;
 	if (wr->opcode == IBV_WR_BIND_MW) {
 		/* Bound at transmit (sv_req.c): range, access, the MR's lkey and the
 		 * window's current key, for its slot. */
@@ -199,8 +204,10 @@ int sv_verbs_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_r
 	int err = 0;
 
 	sv_spin_lock(&qp->rq.lock);
-	/* A QP on an SRQ has no receive queue of its own; none exists before INIT. */
-	if (qp->srq || qp->attr.qp_state == IBV_QPS_RESET)
+	/* A QP on an SRQ has no receive queue of its own, nor has either end of XRC (the
+	 * target's receives are its domain's SRQs); none exists before INIT. */
+	if (qp->srq || ibqp->qp_type == IBV_QPT_XRC_SEND || ibqp->qp_type == IBV_QPT_XRC_RECV ||
+	    qp->attr.qp_state == IBV_QPS_RESET)
 		err = EINVAL;
 	for (; wr && !err; wr = err ? wr : wr->next) {
 		err = check_recv_wr(&qp->rq, wr);
@@ -513,7 +520,20 @@ static void wr_send_tso(struct ibv_qp_ex *q, void *hdr, uint16_t sz, uint16_t ms
 	(void)hdr, (void)sz, (void)mss;
 	wr_unsupported(q);
 }
-static void wr_set_xrc_srqn(struct ibv_qp_ex *q, uint32_t srqn) { (void)srqn; wr_unsupported(q); }
+
+static void wr_set_xrc_srqn(struct ibv_qp_ex *qpx, uint32_t srqn)
+{
+	struct sv_qp *qp = to_svqp_ex(qpx);
+
+	if (!qp->wr_cur)
+		return;
+	if (qpx->qp_base.qp_type != IBV_QPT_XRC_SEND) {
+		wr_fail(qp, EINVAL);
+		return;
+	}
+	qp->wr_cur->xrc_srqn = srqn;
+}
+
 /* IBA 1.5 RDMA Atomic Write: 8 bytes, to an 8-byte aligned remote address, at once. */
 static void wr_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, const void *wr)
 {

@@ -8,8 +8,8 @@
 #include "verbs.h"
 
 enum {
-	SV_QP_INIT_ATTR_MASK = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
-			       IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+	SV_QP_INIT_ATTR_MASK = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
+			       IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 	SV_QP_SEND_OPS = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
 			 IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
@@ -27,9 +27,37 @@ enum {
 static uint64_t send_ops_for(enum ibv_qp_type type)
 {
 	switch (type) {
-	case IBV_QPT_RC: return SV_QP_SEND_OPS;
+	case IBV_QPT_RC:
+	case IBV_QPT_XRC_SEND: return SV_QP_SEND_OPS;
 	case IBV_QPT_UC: return SV_QP_SEND_OPS_UC;
+	case IBV_QPT_XRC_RECV: return 0; /* no send queue */
 	default: return SV_QP_SEND_OPS_UD;
+	}
+}
+
+/*
+ * An XRC target (XRC_RECV) is made in an XRC domain and has no PD, CQ or queue of its
+ * own; an XRC initiator (XRC_SEND) has a send queue only. The kernel ignores what else
+ * the attributes name for them (ib_create_qp), and so does this; the capacities granted
+ * say so.
+ */
+static bool xrc_target(const struct ibv_qp_init_attr_ex *attr)
+{
+	return attr->qp_type == IBV_QPT_XRC_RECV;
+}
+
+static bool has_recv_side(const struct ibv_qp_init_attr_ex *attr)
+{
+	return attr->qp_type != IBV_QPT_XRC_RECV && attr->qp_type != IBV_QPT_XRC_SEND;
+}
+
+static void xrc_trim_caps(struct ibv_qp_init_attr_ex *attr)
+{
+	if (xrc_target(attr))
+		memset(&attr->cap, 0, sizeof(attr->cap));
+	if (!has_recv_side(attr)) {
+		attr->cap.max_recv_wr = 0;
+		attr->cap.max_recv_sge = 0;
 	}
 }
 
@@ -37,22 +65,33 @@ static uint64_t send_ops_for(enum ibv_qp_type type)
 static int check_init_attr(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr)
 {
 	struct ibv_qp_cap *cap = &attr->cap;
+	enum ibv_qp_type type = attr->qp_type;
 
-	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd)
+	if (type == IBV_QPT_XRC_RECV) {
+		if (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd ||
+		    attr->xrcd->context != context)
+			return EINVAL;
+	} else if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
 		return EINVAL;
+	}
 	if (attr->comp_mask & ~(uint32_t)SV_QP_INIT_ATTR_MASK)
 		return EOPNOTSUPP;
-	if (!sv_qp_type_supported(attr->qp_type))
+	if (!sv_qp_type_supported(type))
 		return EOPNOTSUPP;
 	if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)
 		return EOPNOTSUPP;
 	if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
-	    (attr->send_ops_flags & ~send_ops_for(attr->qp_type)))
+	    (attr->send_ops_flags & ~send_ops_for(type)))
 		return EOPNOTSUPP;
-	if (!attr->send_cq || !attr->recv_cq)
+	xrc_trim_caps(attr);
+	if (xrc_target(attr))
+		return 0;
+	if (!attr->send_cq || (has_recv_side(attr) && !attr->recv_cq))
 		return EINVAL;
-	if (attr->pd->context != context || attr->send_cq->context != context ||
-	    attr->recv_cq->context != context || (attr->srq && attr->srq->context != context))
+	if (attr->pd->context != context || attr->send_cq->context != context)
+		return EINVAL;
+	if (has_recv_side(attr) && (attr->recv_cq->context != context ||
+				    (attr->srq && attr->srq->context != context)))
 		return EINVAL;
 	if (cap->max_send_wr > SV_MAX_QP_WR || cap->max_send_sge > SV_MAX_SGE ||
 	    cap->max_inline_data > SV_MAX_INLINE)
@@ -99,10 +138,16 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 		goto err_sq;
 
 	pthread_mutex_init(&qp->lock, NULL);
-	qp->pd = to_svpd(attr->pd);
-	qp->scq = to_svcq(attr->send_cq);
-	qp->rcq = to_svcq(attr->recv_cq);
-	qp->srq = attr->srq ? to_svsrq(attr->srq) : NULL;
+	if (xrc_target(attr)) {
+		qp->xrcd = to_svxrcd(attr->xrcd);
+	} else {
+		qp->pd = to_svpd(attr->pd);
+		qp->scq = to_svcq(attr->send_cq);
+		/* An XRC initiator has no receive CQ: its (empty) receive side uses the
+		 * send CQ, so the data path never meets a NULL one. */
+		qp->rcq = has_recv_side(attr) ? to_svcq(attr->recv_cq) : qp->scq;
+		qp->srq = has_recv_side(attr) && attr->srq ? to_svsrq(attr->srq) : NULL;
+	}
 	qp->sq_sig_all = attr->sq_sig_all;
 	qp->has_qp_ex = !!(attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
 	qp->send_ops_flags = qp->has_qp_ex ? attr->send_ops_flags : 0;
@@ -114,10 +159,10 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 	ib->qp_type = attr->qp_type;
 	ib->context = context;
 	ib->qp_context = attr->qp_context;
-	ib->pd = attr->pd;
-	ib->send_cq = attr->send_cq;
-	ib->recv_cq = attr->recv_cq;
-	ib->srq = attr->srq;
+	ib->pd = qp->pd ? attr->pd : NULL;
+	ib->send_cq = qp->scq ? attr->send_cq : NULL;
+	ib->recv_cq = has_recv_side(attr) ? attr->recv_cq : NULL;
+	ib->srq = qp->srq ? attr->srq : NULL;
 	err = -sv_qp_data_init(qp);
 	if (err)
 		goto err_rq;
@@ -132,17 +177,21 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 	pthread_cond_init(&ib->cond, NULL);
 	sv_verbs_qp_ex_init(qp);
 	sv_qp_data_publish(qp);
-	if (sv_cq_attach_qp(qp->scq, qp) ||
-	    (qp->rcq != qp->scq && sv_cq_attach_qp(qp->rcq, qp))) {
+	if (qp->scq && (sv_cq_attach_qp(qp->scq, qp) ||
+			(qp->rcq != qp->scq && sv_cq_attach_qp(qp->rcq, qp)))) {
 		sv_cq_detach_qp(qp->scq, qp);
 		sv_engine_remove_qp(qp);
 		err = ENOMEM;
 		goto err_data;
 	}
 
-	atomic_fetch_add(&qp->pd->usecnt, 1);
-	atomic_fetch_add(&qp->scq->usecnt, 1);
-	atomic_fetch_add(&qp->rcq->usecnt, 1);
+	if (qp->xrcd) {
+		atomic_fetch_add(&qp->xrcd->usecnt, 1);
+	} else {
+		atomic_fetch_add(&qp->pd->usecnt, 1);
+		atomic_fetch_add(&qp->scq->usecnt, 1);
+		atomic_fetch_add(&qp->rcq->usecnt, 1);
+	}
 	if (qp->srq)
 		atomic_fetch_add(&qp->srq->usecnt, 1);
 	sv_dbg("qp %u created (type %d)", qpn, attr->qp_type);
@@ -318,7 +367,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 		err = check_attr_values(qp, attr, attr_mask);
 	if (!err) {
 		apply_attr(qp, attr, attr_mask);
-		if (attr_mask & IBV_QP_PKEY_INDEX)
+		if ((attr_mask & IBV_QP_PKEY_INDEX) && qp->pd)
 			atomic_store(&qp->page->pd, qp->pd->handle);
 		sv_qp_set_state(qp, next);
 		sv_qp_data_state(qp, cur, next);
@@ -381,18 +430,24 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	sv_wait_events_acked(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed,
 			     &qp->events_reported);
 	/* Nobody polls or progresses the QP any more, then peers learn that it left. */
-	sv_cq_detach_qp(qp->scq, qp);
-	if (qp->rcq != qp->scq)
-		sv_cq_detach_qp(qp->rcq, qp);
+	if (qp->scq) {
+		sv_cq_detach_qp(qp->scq, qp);
+		if (qp->rcq != qp->scq)
+			sv_cq_detach_qp(qp->rcq, qp);
+	}
 	sv_engine_remove_qp(qp);
 	sv_qp_data_fini(qp);
 	sv_async_forget(to_svctx(ibqp->context), ibqp);
-	sv_cq_clean(qp->scq, ibqp->qp_num);
-	if (qp->rcq != qp->scq)
-		sv_cq_clean(qp->rcq, ibqp->qp_num);
-	atomic_fetch_sub(&qp->pd->usecnt, 1);
-	atomic_fetch_sub(&qp->scq->usecnt, 1);
-	atomic_fetch_sub(&qp->rcq->usecnt, 1);
+	if (qp->xrcd) {
+		atomic_fetch_sub(&qp->xrcd->usecnt, 1);
+	} else {
+		sv_cq_clean(qp->scq, ibqp->qp_num);
+		if (qp->rcq != qp->scq)
+			sv_cq_clean(qp->rcq, ibqp->qp_num);
+		atomic_fetch_sub(&qp->pd->usecnt, 1);
+		atomic_fetch_sub(&qp->scq->usecnt, 1);
+		atomic_fetch_sub(&qp->rcq->usecnt, 1);
+	}
 	if (qp->srq)
 		atomic_fetch_sub(&qp->srq->usecnt, 1);
 	atomic_fetch_sub(&to_svctx(ibqp->context)->n_qp, 1);

@@ -6,6 +6,7 @@
 struct ibv_srq *sv_verbs_create_srq_ex(struct ibv_context *context,
 				       struct ibv_srq_init_attr_ex *attr)
 {
+	enum ibv_srq_type type = IBV_SRQT_BASIC;
 	struct sv_context *ctx;
 	struct sv_srq *srq;
 	int err;
@@ -16,10 +17,19 @@ struct ibv_srq *sv_verbs_create_srq_ex(struct ibv_context *context,
 	    attr->pd->context != context)
 		return sv_fail_null(EINVAL);
 	if (attr->comp_mask & ~(uint32_t)(IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE |
-					  IBV_SRQ_INIT_ATTR_CQ))
+					  IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_XRCD))
 		return sv_fail_null(EOPNOTSUPP);
-	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)
+	if (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE)
+		type = attr->srq_type;
+	/* Tag-matching SRQs (IBV_SRQT_TM) are a vendor offload softverbs does not offer. */
+	if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC)
 		return sv_fail_null(EOPNOTSUPP);
+	/* An XRC SRQ belongs to a domain and completes into its own CQ (ib_create_srq). */
+	if (type == IBV_SRQT_XRC &&
+	    (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !attr->xrcd ||
+	     attr->xrcd->context != context || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) ||
+	     !attr->cq || attr->cq->context != context))
+		return sv_fail_null(EINVAL);
 	if (attr->attr.max_wr < 1 || attr->attr.max_wr > SV_MAX_SRQ_WR ||
 	    attr->attr.max_sge > SV_MAX_SRQ_SGE || attr->attr.srq_limit > attr->attr.max_wr)
 		return sv_fail_null(EINVAL);
@@ -37,15 +47,30 @@ struct ibv_srq *sv_verbs_create_srq_ex(struct ibv_context *context,
 	if (err)
 		goto err_free;
 	srq->pd = to_svpd(attr->pd);
+	srq->type = type;
+	srq->srqn = sv_xrc_srq_number();
 	srq->srq_limit = attr->attr.srq_limit;
 	srq->ibv.context = context;
 	srq->ibv.srq_context = attr->srq_context;
 	srq->ibv.pd = attr->pd;
 	pthread_mutex_init(&srq->ibv.mutex, NULL);
 	pthread_cond_init(&srq->ibv.cond, NULL);
+	if (type == IBV_SRQT_XRC) {
+		srq->xrcd = to_svxrcd(attr->xrcd);
+		srq->cq = to_svcq(attr->cq);
+		err = -sv_xrc_domain_add_srq(srq->xrcd->dom, srq);
+		if (err)
+			goto err_wq;
+		atomic_fetch_add(&srq->xrcd->usecnt, 1);
+		atomic_fetch_add(&srq->cq->usecnt, 1);
+	}
 	atomic_fetch_add(&srq->pd->usecnt, 1);
 	return &srq->ibv;
 
+err_wq:
+	pthread_mutex_destroy(&srq->ibv.mutex);
+	pthread_cond_destroy(&srq->ibv.cond);
+	sv_wq_destroy(&srq->rq);
 err_free:
 	free(srq);
 err_count:
@@ -113,6 +138,12 @@ int ibv_destroy_srq(struct ibv_srq *ibsrq)
 	sv_wait_events_acked(&ibsrq->mutex, &ibsrq->cond, &ibsrq->events_completed,
 			     &srq->events_reported);
 	sv_async_forget(to_svctx(ibsrq->context), ibsrq);
+	if (srq->xrcd) {
+		/* Waits for a message being placed in it (sv_resp.c holds the domain). */
+		sv_xrc_domain_remove_srq(srq->xrcd->dom, srq);
+		atomic_fetch_sub(&srq->xrcd->usecnt, 1);
+		atomic_fetch_sub(&srq->cq->usecnt, 1);
+	}
 	atomic_fetch_sub(&srq->pd->usecnt, 1);
 	atomic_fetch_sub(&to_svctx(ibsrq->context)->n_srq, 1);
 	sv_wq_destroy(&srq->rq);

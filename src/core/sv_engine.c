@@ -1,4 +1,5 @@
 #include "core/sv_engine.h"
+#include "core/sv_qp_table.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -473,7 +474,7 @@ static void attach_answer(const struct attach_req *req, struct attach_rep *rep, 
 	*rep = (struct attach_rep){ .magic = ATTACH_MAGIC, .pid = getpid(), .qpn = req->dst_qpn };
 	if (!qp)
 		rep->status = -ENOENT;
-	else if (qp->ibv.qp_base.qp_type != req->qp_type)
+	else if (sv_qp_type_peer(qp->ibv.qp_base.qp_type) != req->qp_type)
 		rep->status = -EPROTOTYPE;
 	if (rep->status)
 		return;

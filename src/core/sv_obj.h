@@ -25,6 +25,7 @@
 #include "core/sv_mr.h"
 #include "core/sv_mcast.h"
 #include "core/sv_wq.h"
+#include "core/sv_xrcd.h"
 #include "wire/shm/shm_msg.h"
 
 #define sv_container_of(ptr, type, member) \
@@ -135,15 +136,38 @@ struct sv_cq {
 	int n_qps, cap_qps;
 };
 
+/* An XRC domain handle (ibv_open_xrcd); handles on one file share the domain. */
+struct sv_xrcd {
+	struct ibv_xrcd ibv;
+	struct sv_xrc_domain *dom;
+	atomic_int usecnt; /* XRC SRQs and target QPs created through this handle */
+};
+
 struct sv_srq {
 	struct ibv_srq ibv;
 	struct sv_wq rq;
 	struct sv_pd *pd;
-	struct sv_cq *cq;            /* create_srq_ex may name one (XRC only) */
+	struct sv_cq *cq;            /* XRC: where its receives complete */
+	enum ibv_srq_type type;
+	uint32_t srqn;               /* ibv_get_srq_num: what XRC senders name */
+	struct sv_xrcd *xrcd;        /* XRC: the domain it belongs to */
 	uint32_t srq_limit;          /* 0 = not armed; under rq.lock */
 	uint32_t events_reported;    /* under ibv.mutex */
 	atomic_int usecnt;           /* QPs attached */
 	atomic_int rnr_waiting;      /* a QP holds a message until a receive is posted */
+};
+
+/*
+ * Where the responder places a request: a QP's own receive queue or SRQ, CQ, keys and
+ * PD, or for an XRC target QP those of the XRC SRQ the request names (IBA 11.2.x: the
+ * SRQ's PD and CQ), looked up per message.
+ */
+struct sv_rx_dst {
+	struct sv_srq *srq;     /* NULL: the QP's own receive queue */
+	struct sv_wq *wq;       /* the queue receives come from */
+	struct sv_cq *cq;       /* where they complete */
+	struct sv_context *ctx; /* whose key table access checks use */
+	uint32_t pd;            /* the PD handle they check against */
 };
 
 struct sv_qp {
@@ -155,6 +179,7 @@ struct sv_qp {
 	struct sv_pd *pd;
 	struct sv_cq *scq, *rcq;
 	struct sv_srq *srq;
+	struct sv_xrcd *xrcd;    /* an XRC target QP's domain (it has no PD, CQs or queues) */
 	int sq_sig_all;
 	bool has_qp_ex;          /* created with send_ops_flags: ibv_qp_to_qp_ex() answers */
 	uint64_t send_ops_flags; /* ibv_qp_init_attr_ex: which ibv_wr_* the user enabled */
@@ -197,6 +222,7 @@ struct sv_qp {
 	_Atomic int err_event;        /* -1, or the async event of an error to enter */
 	atomic_bool peer_left;        /* the peer said goodbye: let go of it when drained */
 	/* responder, under rx_busy */
+	struct sv_rx_dst rx_dst;      /* where the request at the head lands */
 	uint32_t ack_due, ack_sent;   /* the last msn handled / acknowledged */
 	atomic_bool rnr_held;         /* the message at the head waits for a receive */
 	uint32_t rnr_told;            /* msn whose RNR NAK was sent */
@@ -222,6 +248,7 @@ static inline struct sv_cq *to_svcq_ex(struct ibv_cq_ex *cq) { return (struct sv
 static inline struct sv_srq *to_svsrq(struct ibv_srq *srq) { return (struct sv_srq *)srq; }
 static inline struct sv_qp *to_svqp(struct ibv_qp *qp) { return (struct sv_qp *)qp; }
 static inline struct sv_qp *to_svqp_ex(struct ibv_qp_ex *qp) { return (struct sv_qp *)qp; }
+static inline struct sv_xrcd *to_svxrcd(struct ibv_xrcd *x) { return (struct sv_xrcd *)x; }
 static inline struct sv_ah *to_svah(struct ibv_ah *ah) { return (struct sv_ah *)ah; }
 static inline struct sv_comp_channel *to_svchan(struct ibv_comp_channel *ch)
 {

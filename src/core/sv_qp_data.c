@@ -39,7 +39,16 @@ int sv_qp_data_init(struct sv_qp *qp)
 	qp->page->magic = SHM_QP_PAGE_MAGIC;
 	qp->page->pid = getpid();
 	qp->page->qp_type = qp->ibv.qp_base.qp_type;
-	atomic_store(&qp->page->pd, qp->pd->handle);
+	/* An XRC target has no PD: requests name an SRQ, whose PD applies (sv_resp.c). */
+	atomic_store(&qp->page->pd, qp->pd ? qp->pd->handle : 0);
+	if (qp->pd)
+		qp->rx_dst = (struct sv_rx_dst){
+			.srq = qp->srq,
+			.wq = qp->srq ? &qp->srq->rq : &qp->rq,
+			.cq = qp->rcq,
+			.ctx = sv_qp_ctx(qp),
+			.pd = qp->pd->handle,
+		};
 	atomic_flag_clear(&qp->rx_busy);
 	atomic_init(&qp->err_event, -1);
 	return 0;
@@ -185,8 +194,9 @@ static void qp_drain(struct sv_qp *qp)
 	sv_spin_lock(&qp->rq.lock);
 	sv_wq_reset(&qp->rq);
 	pthread_spin_unlock(&qp->rq.lock);
-	sv_cq_clean(qp->scq, qp->ibv.qp_base.qp_num);
-	if (qp->rcq != qp->scq)
+	if (qp->scq)
+		sv_cq_clean(qp->scq, qp->ibv.qp_base.qp_num);
+	if (qp->rcq && qp->rcq != qp->scq)
 		sv_cq_clean(qp->rcq, qp->ibv.qp_base.qp_num);
 }
 

@@ -14,6 +14,7 @@
 #include "core/sv_engine.h"
 #include "core/sv_obj.h"
 #include "core/sv_qp_data.h"
+#include "core/sv_qp_table.h"
 
 enum {
 	SV_FIFO_SLOTS = 2048,      /* 128 KiB of inbound fifo per QP */

@@ -8,7 +8,8 @@ const char *const sv_qp_state_name[] = {
 	[IBV_QPS_ERR] = "ERR",
 };
 
-enum { T_RC, T_UC, T_UD, T_NUM };
+/* XI: XRC initiator (IBV_QPT_XRC_SEND), XT: XRC target (IBV_QPT_XRC_RECV). */
+enum { T_RC, T_UC, T_UD, T_XI, T_XT, T_NUM };
 
 struct transition {
 	bool valid;
@@ -46,58 +47,69 @@ static const struct transition table[NSTATES][NSTATES] = {
 		[IBV_QPS_INIT] = {
 			.valid = true,
 			.req = { [T_RC] = PKEY | PORT | ACC, [T_UC] = PKEY | PORT | ACC,
-				 [T_UD] = PKEY | PORT | QKEY },
+				 [T_UD] = PKEY | PORT | QKEY, [T_XI] = PKEY | PORT | ACC,
+				 [T_XT] = PKEY | PORT | ACC },
 		},
 	},
 	[IBV_QPS_INIT] = {
 		[IBV_QPS_INIT] = {
 			.valid = true,
 			.opt = { [T_RC] = PKEY | PORT | ACC, [T_UC] = PKEY | PORT | ACC,
-				 [T_UD] = PKEY | PORT | QKEY },
+				 [T_UD] = PKEY | PORT | QKEY, [T_XI] = PKEY | PORT | ACC,
+				 [T_XT] = PKEY | PORT | ACC },
 		},
 		[IBV_QPS_RTR] = {
 			.valid = true,
 			.req = { [T_RC] = AV | MTU | DQPN | RQPSN | DRD | RNRT,
-				 [T_UC] = AV | MTU | DQPN | RQPSN },
+				 [T_UC] = AV | MTU | DQPN | RQPSN, [T_XI] = AV | MTU | DQPN | RQPSN,
+				 [T_XT] = AV | MTU | DQPN | RQPSN | DRD | RNRT },
 			.opt = { [T_RC] = ALT | ACC | PKEY, [T_UC] = ALT | ACC | PKEY,
-				 [T_UD] = PKEY | QKEY },
+				 [T_UD] = PKEY | QKEY, [T_XI] = ALT | ACC | PKEY,
+				 [T_XT] = ALT | ACC | PKEY },
 		},
 	},
 	[IBV_QPS_RTR] = {
 		[IBV_QPS_RTS] = {
 			.valid = true,
 			.req = { [T_RC] = SQPSN | TMO | RETRY | RNRR | RD, [T_UC] = SQPSN,
-				 [T_UD] = SQPSN },
+				 [T_UD] = SQPSN, [T_XI] = SQPSN | TMO | RETRY | RNRR | RD,
+				 [T_XT] = SQPSN | TMO },
 			.opt = { [T_RC] = CUR | ALT | ACC | RNRT | MIG,
-				 [T_UC] = CUR | ALT | ACC | MIG, [T_UD] = CUR | QKEY },
+				 [T_UC] = CUR | ALT | ACC | MIG, [T_UD] = CUR | QKEY,
+				 [T_XI] = CUR | ALT | ACC | MIG, [T_XT] = CUR | ALT | ACC | RNRT | MIG },
 		},
 	},
 	[IBV_QPS_RTS] = {
 		[IBV_QPS_RTS] = {
 			.valid = true,
 			.opt = { [T_RC] = CUR | ACC | ALT | MIG | RNRT, [T_UC] = CUR | ACC | ALT | MIG,
-				 [T_UD] = CUR | QKEY },
+				 [T_UD] = CUR | QKEY, [T_XI] = CUR | ACC | ALT | MIG,
+				 [T_XT] = CUR | ACC | ALT | MIG | RNRT },
 		},
 		[IBV_QPS_SQD] = {
 			.valid = true,
-			.opt = { [T_RC] = SQDN, [T_UC] = SQDN, [T_UD] = SQDN },
+			.opt = { [T_RC] = SQDN, [T_UC] = SQDN, [T_UD] = SQDN, [T_XI] = SQDN,
+				 [T_XT] = SQDN },
 		},
 	},
 	[IBV_QPS_SQD] = {
 		[IBV_QPS_RTS] = {
 			.valid = true,
 			.opt = { [T_RC] = CUR | ALT | ACC | RNRT | MIG, [T_UC] = CUR | ALT | ACC | MIG,
-				 [T_UD] = CUR | QKEY },
+				 [T_UD] = CUR | QKEY, [T_XI] = CUR | ALT | ACC | MIG,
+				 [T_XT] = CUR | ALT | ACC | RNRT | MIG },
 		},
 		[IBV_QPS_SQD] = {
 			.valid = true,
 			.opt = { [T_RC] = PORT | AV | TMO | RETRY | RNRR | RD | DRD | ALT | ACC | PKEY |
 					  RNRT | MIG,
-				 [T_UC] = AV | ALT | ACC | PKEY | MIG, [T_UD] = PKEY | QKEY },
+				 [T_UC] = AV | ALT | ACC | PKEY | MIG, [T_UD] = PKEY | QKEY,
+				 [T_XI] = PORT | AV | TMO | RETRY | RNRR | RD | ALT | ACC | PKEY | MIG,
+				 [T_XT] = PORT | AV | TMO | DRD | ALT | ACC | PKEY | RNRT | MIG },
 		},
 	},
 	[IBV_QPS_SQE] = {
-		/* SQE exists for UC and UD only: an RC send error takes the QP to ERR. */
+		/* SQE exists for UC and UD only: an RC or XRC send error takes the QP to ERR. */
 		[IBV_QPS_RTS] = {
 			.valid = true,
 			.opt = { [T_UC] = CUR | ACC, [T_UD] = CUR | QKEY },
@@ -114,6 +126,8 @@ static int type_index(enum ibv_qp_type type)
 	case IBV_QPT_RC: return T_RC;
 	case IBV_QPT_UC: return T_UC;
 	case IBV_QPT_UD: return T_UD;
+	case IBV_QPT_XRC_SEND: return T_XI;
+	case IBV_QPT_XRC_RECV: return T_XT;
 	default: return -1;
 	}
 }
@@ -133,7 +147,7 @@ static const struct transition *lookup(int t, enum ibv_qp_state cur, enum ibv_qp
 	if (next == IBV_QPS_RESET ||
 	    (next == IBV_QPS_ERR && cur != IBV_QPS_ERR && cur != IBV_QPS_RESET))
 		return &to_reset_or_err;
-	if (cur == IBV_QPS_SQE && t == T_RC)
+	if (cur == IBV_QPS_SQE && t != T_UC && t != T_UD)
 		return NULL;
 	if (!table[cur][next].valid)
 		return NULL;

@@ -334,7 +334,7 @@ static enum tx_result tx_send(struct sv_qp *qp, struct sv_peer *peer, struct sv_
 			      bool reliable)
 {
 	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
-	struct shm_msg m = { .src_qpn = qp->ibv.qp_base.qp_num };
+	struct shm_msg m = { .src_qpn = qp->ibv.qp_base.qp_num, .xrc_srqn = w->xrc_srqn };
 	struct iovec iov[SV_IOV_MAX];
 	struct shm_rsge rs[SV_IOV_MAX];
 	unsigned char grh[SV_UD_GRH];
@@ -414,7 +414,8 @@ static enum tx_result tx_rdma_bounce(struct sv_qp *qp, struct sv_peer *peer, str
 				     const struct iovec *iov, int n_iov, uint64_t total,
 				     bool reliable)
 {
-	struct shm_msg m = { .src_qpn = qp->ibv.qp_base.qp_num, .flags = SHM_F_LAST };
+	struct shm_msg m = { .src_qpn = qp->ibv.qp_base.qp_num, .flags = SHM_F_LAST,
+			     .xrc_srqn = w->xrc_srqn };
 	uint32_t max = qp->attr.max_rd_atomic ? qp->attr.max_rd_atomic : 1;
 
 	if (w->opcode == IBV_WR_RDMA_READ) {
@@ -454,7 +455,8 @@ static enum tx_result tx_rdma(struct sv_qp *qp, struct sv_peer *peer, struct sv_
 {
 	bool write = w->opcode != IBV_WR_RDMA_READ;
 	uint32_t need = write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ;
-	bool reliable = qp->ibv.qp_base.qp_type == IBV_QPT_RC;
+	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
+	bool reliable = sv_qp_type_reliable(type);
 	struct iovec iov[SV_IOV_MAX];
 	enum ibv_wc_status st;
 	uint64_t total, va = 0;
@@ -465,7 +467,9 @@ static enum tx_result tx_rdma(struct sv_qp *qp, struct sv_peer *peer, struct sv_
 		sv_wqe_done(w, st);
 		return TX_DONE;
 	}
-	if (!peer->cma)
+	/* An XRC target checks keys against the PD of the SRQ the request names, which only
+	 * its own library knows: XRC RDMA goes through the responder. */
+	if (!peer->cma || type == IBV_QPT_XRC_SEND)
 		return tx_rdma_bounce(qp, peer, w, iov, n_iov, total, reliable);
 	/* Writes still in the responder's fifo land first: a copy now could overtake them. */
 	if (qp->fifo_writes_out)
@@ -501,7 +505,8 @@ static enum tx_result tx_rdma(struct sv_qp *qp, struct sv_peer *peer, struct sv_
 
 static enum tx_result tx_atomic(struct sv_qp *qp, struct sv_peer *peer, struct sv_send_wqe *w)
 {
-	struct shm_msg m = { .op = SHM_OP_ATOMIC, .src_qpn = qp->ibv.qp_base.qp_num };
+	struct shm_msg m = { .op = SHM_OP_ATOMIC, .src_qpn = qp->ibv.qp_base.qp_num,
+			     .xrc_srqn = w->xrc_srqn };
 	uint32_t max = qp->attr.max_rd_atomic ? qp->attr.max_rd_atomic : 1;
 	struct iovec iov[SV_IOV_MAX];
 	enum ibv_wc_status st;
@@ -638,7 +643,7 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 	if (!peer) {
 		/* RC: nobody answers, the transport retries run out (IBA 9.7.5.1.1).
 		 * UC: nobody acknowledges anything; the message is lost. */
-		sv_wqe_done(w, type == IBV_QPT_RC ? IBV_WC_RETRY_EXC_ERR : IBV_WC_SUCCESS);
+		sv_wqe_done(w, sv_qp_type_reliable(type) ? IBV_WC_RETRY_EXC_ERR : IBV_WC_SUCCESS);
 		return TX_DONE;
 	}
 	if (!peer_ready(peer))
@@ -647,7 +652,7 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
 	case IBV_WR_SEND_WITH_INV:
-		return tx_send(qp, peer, w, type == IBV_QPT_RC);
+		return tx_send(qp, peer, w, sv_qp_type_reliable(type));
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 	case IBV_WR_RDMA_READ:
@@ -690,8 +695,8 @@ void sv_req_complete_locked(struct sv_qp *qp)
 			/* IBA 10.8.3.3: a completion error takes an RC QP to Error, a UC or UD
 			 * QP's send queue to SQ Error (10.3.1); what follows is flushed once the
 			 * state changes. */
-			sv_qp_fail(qp, qp->ibv.qp_base.qp_type == IBV_QPT_RC ? SV_ERR_NO_EVENT
-									    : SV_ERR_TO_SQE);
+			sv_qp_fail(qp, sv_qp_type_reliable(qp->ibv.qp_base.qp_type) ? SV_ERR_NO_EVENT
+											   : SV_ERR_TO_SQE);
 			break;
 		}
 	}
@@ -758,7 +763,9 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 	int n_local = 0, n = 0, tiny = 0;
 	ssize_t done;
 
-	if (!peer || !peer->cma || !peer_ready(peer) || qp->ibv.qp_base.qp_type == IBV_QPT_UD)
+	/* RC and UC: UD has no connection, XRC writes go through the responder (tx_rdma). */
+	if (!peer || !peer->cma || !peer_ready(peer) ||
+	    (qp->ibv.qp_base.qp_type != IBV_QPT_RC && qp->ibv.qp_base.qp_type != IBV_QPT_UC))
 		return 0;
 	for (uint32_t i = qp->sq_next; i != qp->sq.head && n < SV_BATCH; i++) {
 		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);

@@ -27,7 +27,8 @@ static int answer(struct sv_qp *qp, uint8_t op, uint32_t msn, uint32_t aux, uint
 /* Takes the next receive WQE (own queue or SRQ) into @out. False if there is none. */
 static bool take_recv(struct sv_qp *qp, struct sv_recv *out)
 {
-	struct sv_wq *wq = qp->srq ? &qp->srq->rq : &qp->rq;
+	struct sv_srq *srq = qp->rx_dst.srq;
+	struct sv_wq *wq = qp->rx_dst.wq;
 	bool limit = false, got = false;
 
 	sv_spin_lock(&wq->lock);
@@ -39,14 +40,14 @@ static bool take_recv(struct sv_qp *qp, struct sv_recv *out)
 		memcpy(out->sge, w->sge, w->num_sge * sizeof(out->sge[0]));
 		got = true;
 		/* IBA 10.2.9.1: the SRQ limit event fires once when the queue runs low. */
-		if (qp->srq && qp->srq->srq_limit && sv_wq_count(wq) < qp->srq->srq_limit) {
-			qp->srq->srq_limit = 0;
+		if (srq && srq->srq_limit && sv_wq_count(wq) < srq->srq_limit) {
+			srq->srq_limit = 0;
 			limit = true;
 		}
 	}
 	pthread_spin_unlock(&wq->lock);
 	if (limit)
-		sv_async_raise(sv_qp_ctx(qp), IBV_EVENT_SRQ_LIMIT_REACHED, &qp->srq->ibv);
+		sv_async_raise(qp->rx_dst.ctx, IBV_EVENT_SRQ_LIMIT_REACHED, &srq->ibv);
 	return got;
 }
 
@@ -72,11 +73,11 @@ static void recv_complete(struct sv_qp *qp, const struct sv_recv *r, const struc
 		wc.wc_flags |= IBV_WC_GRH;
 	/* SEND_WITH_INV (IBA 10.6.7.3): the window named goes, then the receive completes. */
 	if (m->op == SHM_OP_SEND && m->u.rdma.rkey && st == IBV_WC_SUCCESS &&
-	    !sv_mr_table_invalidate_mw(sv_qp_ctx(qp)->mrs, m->u.rdma.rkey, qp->pd->handle)) {
+	    !sv_mr_table_invalidate_mw(qp->rx_dst.ctx->mrs, m->u.rdma.rkey, qp->rx_dst.pd)) {
 		wc.invalidated_rkey = m->u.rdma.rkey;
 		wc.wc_flags |= IBV_WC_WITH_INV;
 	}
-	sv_cq_push(qp->rcq, &wc, (m->flags & SHM_F_SOLICITED) != 0);
+	sv_cq_push(qp->rx_dst.cq, &wc, (m->flags & SHM_F_SOLICITED) != 0);
 }
 
 enum rx_result { RX_CONSUMED, RX_HOLD };
@@ -85,7 +86,7 @@ enum rx_result { RX_CONSUMED, RX_HOLD };
 static enum ibv_wc_status recv_iov(struct sv_qp *qp, const struct ibv_sge *sges, uint32_t n,
 				   struct iovec *iov, int *n_iov, uint64_t *room)
 {
-	const struct sv_mr_entry *slots = sv_qp_ctx(qp)->mrs->slots;
+	const struct sv_mr_entry *slots = qp->rx_dst.ctx->mrs->slots;
 
 	*n_iov = 0;
 	*room = 0;
@@ -94,7 +95,7 @@ static enum ibv_wc_status recv_iov(struct sv_qp *qp, const struct ibv_sge *sges,
 
 		if (!sges[i].length)
 			continue;
-		if (sv_mr_check(slots, sges[i].lkey, qp->pd->handle, IBV_ACCESS_LOCAL_WRITE,
+		if (sv_mr_check(slots, sges[i].lkey, qp->rx_dst.pd, IBV_ACCESS_LOCAL_WRITE,
 				sges[i].addr, sges[i].length, &va))
 			return IBV_WC_LOC_PROT_ERR;
 		iov[*n_iov].iov_base = (void *)(uintptr_t)va;
@@ -107,8 +108,8 @@ static enum ibv_wc_status recv_iov(struct sv_qp *qp, const struct ibv_sge *sges,
 /* No receive for an RC message: Receiver Not Ready, it waits at the head of the fifo. */
 static enum rx_result rnr(struct sv_qp *qp, const struct shm_msg *m)
 {
-	if (qp->srq)
-		atomic_store(&qp->srq->rnr_waiting, 1);
+	if (qp->rx_dst.srq)
+		atomic_store(&qp->rx_dst.srq->rnr_waiting, 1);
 	if (qp->rnr_told != m->msn && !answer(qp, SHM_OP_RNR, m->msn, atomic_load_explicit(&qp->page->min_rnr_timer, memory_order_relaxed), 0))
 		qp->rnr_told = m->msn;
 	sv_set_hint(qp->rnr_held, true);
@@ -125,7 +126,7 @@ static void finish_recv(struct sv_qp *qp, const struct sv_recv *r, const struct 
 	 * Answer before the receive completes: once the application sees its receive it may
 	 * destroy the QP, and the requester must have its acknowledgement by then.
 	 */
-	if (st && type == IBV_QPT_RC) {
+	if (st && sv_qp_type_reliable(type)) {
 		/* IBA 9.9.3: the responder enters Error; the requester learns by NAK. */
 		(void)answer(qp, SHM_OP_NAK, m->msn,
 			     st == IBV_WC_LOC_LEN_ERR ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_REM_OP_ERR, 0);
@@ -158,7 +159,7 @@ static enum rx_result rx_send(struct sv_qp *qp, const struct shm_msg *m, uint64_
 		if (type == IBV_QPT_UD && m->aux != atomic_load_explicit(&qp->page->qkey, memory_order_relaxed))
 			return RX_CONSUMED; /* IBA 10.2.4: a Q_Key mismatch drops the datagram */
 		if (!take_recv(qp, &qp->rx_recv))
-			return type == IBV_QPT_RC ? rnr(qp, m) : RX_CONSUMED; /* UC, UD: dropped */
+			return sv_qp_type_reliable(type) ? rnr(qp, m) : RX_CONSUMED; /* UC, UD: dropped */
 		sv_set_hint(qp->rnr_held, false);
 		qp->rx_active = true;
 	} else if (!qp->rx_active) {
@@ -202,16 +203,17 @@ static enum rx_result rx_write_imm(struct sv_qp *qp, const struct shm_msg *m)
 	struct sv_recv r;
 
 	if (!take_recv(qp, &r))
-		return qp->ibv.qp_base.qp_type == IBV_QPT_RC ? rnr(qp, m) : RX_CONSUMED;
+		return sv_qp_type_reliable(qp->ibv.qp_base.qp_type) ? rnr(qp, m) : RX_CONSUMED;
 	sv_set_hint(qp->rnr_held, false);
 	finish_recv(qp, &r, m, IBV_WC_SUCCESS, m->len);
 	return RX_CONSUMED;
 }
 
-/* A refused RDMA request: NAK, and this QP enters Error (IBA: access violation). */
+/* A refused request: NAK, and this QP enters Error (IBA 9.9.3: access violation, or an
+ * invalid request). */
 static enum rx_result refuse(struct sv_qp *qp, const struct shm_msg *m, enum ibv_wc_status st)
 {
-	if (qp->ibv.qp_base.qp_type != IBV_QPT_RC) {
+	if (!sv_qp_type_reliable(qp->ibv.qp_base.qp_type)) {
 		/* UC: dropped silently; a bounce WRITE still gets its acknowledgement. */
 		if (m->msn && (m->flags & SHM_F_LAST))
 			(void)answer(qp, SHM_OP_ACK, m->msn, 0, 0);
@@ -219,7 +221,7 @@ static enum rx_result refuse(struct sv_qp *qp, const struct shm_msg *m, enum ibv
 	}
 	if (answer(qp, SHM_OP_NAK, m->msn, st, 0))
 		return RX_HOLD;
-	sv_qp_fail(qp, IBV_EVENT_QP_ACCESS_ERR);
+	sv_qp_fail(qp, st == IBV_WC_REM_ACCESS_ERR ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_REQ_ERR);
 	return RX_CONSUMED;
 }
 
@@ -229,7 +231,7 @@ static bool rdma_allowed(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_
 {
 	if (!(atomic_load_explicit(&qp->page->access, memory_order_relaxed) & need))
 		return false;
-	return sv_mr_check(sv_qp_ctx(qp)->mrs->slots, rkey, qp->pd->handle, need, addr, len, va) ==
+	return sv_mr_check(qp->rx_dst.ctx->mrs->slots, rkey, qp->rx_dst.pd, need, addr, len, va) ==
 	       SV_ACCESS_OK;
 }
 
@@ -244,7 +246,7 @@ static enum rx_result rx_write(struct sv_qp *qp, const struct shm_msg *m, uint64
 				    IBV_ACCESS_REMOTE_WRITE, &va))
 		return refuse(qp, m, IBV_WC_REM_ACCESS_ERR);
 	if (imm && !take_recv(qp, &r))
-		return qp->ibv.qp_base.qp_type == IBV_QPT_RC ? rnr(qp, m) : RX_CONSUMED;
+		return sv_qp_type_reliable(qp->ibv.qp_base.qp_type) ? rnr(qp, m) : RX_CONSUMED;
 	sv_set_hint(qp->rnr_held, false);
 	if (m->len && (m->flags & SHM_F_TINY))
 		memcpy((void *)(uintptr_t)va, m->u.rdma.tiny, m->len);
@@ -303,7 +305,7 @@ static enum rx_result rx_atomic(struct sv_qp *qp, const struct shm_msg *m)
 
 	if (!qp->peer)
 		return RX_CONSUMED;
-	a = sv_mr_check(sv_qp_ctx(qp)->mrs->slots, m->u.atomic.rkey, qp->pd->handle,
+	a = sv_mr_check(qp->rx_dst.ctx->mrs->slots, m->u.atomic.rkey, qp->rx_dst.pd,
 			IBV_ACCESS_REMOTE_ATOMIC, m->u.atomic.addr, 8, &va);
 	if (!(atomic_load_explicit(&qp->page->access, memory_order_relaxed) & IBV_ACCESS_REMOTE_ATOMIC))
 		a = SV_ACCESS_NO_RIGHT;
@@ -351,6 +353,57 @@ static enum rx_result rx_atomic(struct sv_qp *qp, const struct shm_msg *m)
 	return RX_CONSUMED;
 }
 
+static enum rx_result rx_request(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
+{
+	switch (m->op) {
+	case SHM_OP_SEND:
+		return rx_send(qp, m, pos);
+	case SHM_OP_WRITE_IMM:
+		return rx_write_imm(qp, m);
+	case SHM_OP_WRITE:
+		return rx_write(qp, m, pos);
+	case SHM_OP_READ_REQ:
+		return rx_read(qp, m);
+	case SHM_OP_ATOMIC:
+		return rx_atomic(qp, m);
+	default:
+		return RX_CONSUMED;
+	}
+}
+
+/*
+ * An XRC target places each request through the XRC SRQ the request names, which must
+ * be one of its domain's (IBA 11.2.x, the XRCETH): that SRQ's queue, CQ, key table and
+ * PD. The domain stays read-locked while the message is placed, so the SRQ cannot go.
+ */
+static enum rx_result rx_xrc(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
+{
+	struct sv_xrc_domain *dom = qp->xrcd->dom;
+	enum rx_result r;
+	struct sv_srq *srq;
+
+	sv_xrc_domain_rdlock(dom);
+	srq = sv_xrc_domain_find(dom, m->xrc_srqn);
+	if (!srq) {
+		sv_xrc_domain_unlock(dom);
+		sv_dbg("qp %u: request names srq %u, not in the domain", qp->ibv.qp_base.qp_num,
+		       m->xrc_srqn);
+		qp->rx_active = false;
+		return refuse(qp, m, IBV_WC_REM_INV_REQ_ERR);
+	}
+	qp->rx_dst = (struct sv_rx_dst){
+		.srq = srq,
+		.wq = &srq->rq,
+		.cq = srq->cq,
+		.ctx = to_svctx(srq->ibv.context),
+		.pd = srq->pd->handle,
+	};
+	r = rx_request(qp, m, pos);
+	qp->rx_dst.srq = NULL;
+	sv_xrc_domain_unlock(dom);
+	return r;
+}
+
 static enum rx_result rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 {
 	/* The published state: modify_qp may change it while we consume. */
@@ -380,7 +433,7 @@ static enum rx_result rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t
 		return RX_CONSUMED;
 	if (qp->ibv.qp_base.qp_type != IBV_QPT_UD && m->src_qpn != qp->attr.dest_qp_num)
 		return RX_CONSUMED; /* not from the QP we are connected to */
-	if (qp->ibv.qp_base.qp_type == IBV_QPT_RC) {
+	if (sv_qp_type_reliable(qp->ibv.qp_base.qp_type)) {
 		uint32_t ab = atomic_load_explicit(&qp->page->rnr_abandon, memory_order_acquire);
 
 		/* The requester gave up on this one after RNR retries: never accepted. */
@@ -390,20 +443,7 @@ static enum rx_result rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t
 			return RX_CONSUMED;
 		}
 	}
-	switch (m->op) {
-	case SHM_OP_SEND:
-		return rx_send(qp, m, pos);
-	case SHM_OP_WRITE_IMM:
-		return rx_write_imm(qp, m);
-	case SHM_OP_WRITE:
-		return rx_write(qp, m, pos);
-	case SHM_OP_READ_REQ:
-		return rx_read(qp, m);
-	case SHM_OP_ATOMIC:
-		return rx_atomic(qp, m);
-	default:
-		return RX_CONSUMED;
-	}
+	return qp->xrcd ? rx_xrc(qp, m, pos) : rx_request(qp, m, pos);
 }
 
 int sv_resp_rx(struct sv_qp *qp)

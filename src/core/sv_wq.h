@@ -39,6 +39,7 @@ struct sv_send_wqe {
 	uint32_t imm_data;   /* network order; the rkey to invalidate for SEND_WITH_INV */
 	uint32_t inline_len; /* bytes of inline data after the SGE array, if IBV_SEND_INLINE */
 	struct sv_ud_dest ud;
+	uint32_t xrc_srqn;   /* XRC initiator: the remote SRQ (wr.qp_type.xrc.remote_srqn) */
 	/* requester state (src/core/sv_qp_data.c) */
 	uint32_t msn;        /* the message that carries it, when it waits for the responder */
 	uint32_t byte_len;   /* for the completion: READ and atomics */

@@ -123,6 +123,8 @@ const char *tu_qp_type_str(enum ibv_qp_type type)
 	case IBV_QPT_RC: return "RC";
 	case IBV_QPT_UC: return "UC";
 	case IBV_QPT_UD: return "UD";
+	case IBV_QPT_XRC_SEND: return "XRC_SEND";
+	case IBV_QPT_XRC_RECV: return "XRC_RECV";
 	default:
 		snprintf(other, sizeof(other), "QP type %d", (int)type);
 		return other;
@@ -165,9 +167,9 @@ int tu_qp_to_init(struct ibv_qp *qp, const struct tu_conn *c)
 		a.qkey = c->qkey;
 		mask |= IBV_QP_QKEY;
 	} else {
-		a.qp_access_flags = qp->qp_type == IBV_QPT_RC ?
-					    (unsigned int)c->access :
-					    (unsigned int)c->access & IBV_ACCESS_REMOTE_WRITE;
+		a.qp_access_flags = qp->qp_type == IBV_QPT_UC ?
+					    (unsigned int)c->access & IBV_ACCESS_REMOTE_WRITE :
+					    (unsigned int)c->access;
 		mask |= IBV_QP_ACCESS_FLAGS;
 	}
 	return ibv_modify_qp(qp, &a, mask);
@@ -185,7 +187,7 @@ int tu_qp_to_rtr(struct ibv_qp *qp, const struct tu_conn *c)
 		a.ah_attr = c->ah;
 		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
 	}
-	if (qp->qp_type == IBV_QPT_RC) {
+	if (qp->qp_type == IBV_QPT_RC || qp->qp_type == IBV_QPT_XRC_RECV) {
 		a.max_dest_rd_atomic = c->max_dest_rd_atomic;
 		a.min_rnr_timer = c->min_rnr_timer;
 		mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -198,7 +200,11 @@ int tu_qp_to_rts(struct ibv_qp *qp, const struct tu_conn *c)
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTS, .sq_psn = c->sq_psn };
 	int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
 
-	if (qp->qp_type == IBV_QPT_RC) {
+	if (qp->qp_type == IBV_QPT_XRC_RECV) {
+		a.timeout = c->timeout;
+		mask |= IBV_QP_TIMEOUT;
+	}
+	if (qp->qp_type == IBV_QPT_RC || qp->qp_type == IBV_QPT_XRC_SEND) {
 		a.timeout = c->timeout;
 		a.retry_cnt = c->retry_cnt;
 		a.rnr_retry = c->rnr_retry;

@@ -49,7 +49,7 @@ void tu_destroy_qp(struct tu_res *res, struct ibv_qp *qp);
 /* Destroys every kept QP, newest first: 0, or -1 if a destroy failed. */
 int tu_destroy_kept_qps(struct tu_res *res);
 
-/* "RC", "UC", "UD" or "QP type <n>", for messages. */
+/* "RC", "UC", "UD", "XRC_SEND", "XRC_RECV" or "QP type <n>", for messages. */
 const char *tu_qp_type_str(enum ibv_qp_type type);
 
 /* A global address vector to our own GID 0 on port 1 (sgid_index 0, hop limit 64). */
@@ -58,10 +58,11 @@ void tu_fill_ah(const struct tu_res *res, struct ibv_ah_attr *ah);
 /*
  * What tu_qp_to_init/_rtr/_rts give a QP; each sets the attributes its transition
  * requires for the QP's type (IBA 10.3.1), and only those:
- *   RESET -> INIT  PKEY_INDEX 0, PORT 1, and QKEY (UD) or ACCESS_FLAGS (RC, UC);
- *   INIT -> RTR    RC/UC: AV, PATH_MTU, DEST_QPN, RQ_PSN; RC also MAX_DEST_RD_ATOMIC
- *                  and MIN_RNR_TIMER; UD: nothing;
- *   RTR -> RTS     SQ_PSN; RC also TIMEOUT, RETRY_CNT, RNR_RETRY, MAX_QP_RD_ATOMIC.
+ *   RESET -> INIT  PKEY_INDEX 0, PORT 1, and QKEY (UD) or ACCESS_FLAGS (the others);
+ *   INIT -> RTR    connected types: AV, PATH_MTU, DEST_QPN, RQ_PSN; RC and XRC_RECV also
+ *                  MAX_DEST_RD_ATOMIC and MIN_RNR_TIMER; UD: nothing;
+ *   RTR -> RTS     SQ_PSN; RC and XRC_SEND also TIMEOUT, RETRY_CNT, RNR_RETRY,
+ *                  MAX_QP_RD_ATOMIC; XRC_RECV also TIMEOUT.
  */
 struct tu_conn {
 	uint32_t dest_qpn;     /* RC, UC */

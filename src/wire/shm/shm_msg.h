@@ -70,7 +70,8 @@ struct shm_msg {
 			uint32_t rkey;
 			uint8_t tiny[SHM_TINY]; /* WRITE of at most SHM_TINY bytes: the data */
 		} __attribute__((packed)) rdma;
-	} u;
+	} __attribute__((packed)) u; /* 28 bytes: room for what follows */
+	uint32_t xrc_srqn; /* requests from an XRC initiator: the SRQ to deliver to (XRCETH) */
 };
 
 static_assert(sizeof(struct shm_msg) == SHM_HDR_SIZE, "the header fills the first slot");
