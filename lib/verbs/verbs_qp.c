@@ -186,6 +186,11 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 	}
 
 	if (qp->xrcd) {
+		if (sv_xrc_domain_add_target(qp->xrcd->dom, qp)) {
+			sv_engine_remove_qp(qp);
+			err = ENOMEM;
+			goto err_data;
+		}
 		atomic_fetch_add(&qp->xrcd->usecnt, 1);
 	} else {
 		atomic_fetch_add(&qp->pd->usecnt, 1);
@@ -435,6 +440,8 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 		if (qp->rcq != qp->scq)
 			sv_cq_detach_qp(qp->rcq, qp);
 	}
+	if (qp->xrcd)
+		sv_xrc_domain_remove_target(qp->xrcd->dom, qp);
 	sv_engine_remove_qp(qp);
 	sv_qp_data_fini(qp);
 	sv_async_forget(to_svctx(ibqp->context), ibqp);

@@ -23,6 +23,7 @@
 #include "util/sv_log.h"
 
 _Atomic uint64_t sv_engine_polls;
+_Atomic uint32_t sv_engine_look = 1;
 
 enum link_kind { LINK_LISTEN, LINK_ACCEPTED, LINK_CONNECTED, LINK_WAKE };
 
@@ -532,6 +533,16 @@ static struct sv_qp *pin_qp(uint32_t qpn)
 	return qp;
 }
 
+struct sv_qp *sv_engine_pin_qp(uint32_t qpn)
+{
+	return pin_qp(qpn);
+}
+
+void sv_engine_unpin_qp(struct sv_qp *qp)
+{
+	atomic_fetch_sub_explicit(&qp->eng_ref, 1, memory_order_release);
+}
+
 static void handle_link(struct link *l, uint32_t events)
 {
 	if (l->kind == LINK_WAKE) {
@@ -613,13 +624,23 @@ static int pin_some(struct sv_qp **out, int start, int *total)
 	return n;
 }
 
-enum pass { PASS_WORK, PASS_ARM, PASS_DISARM };
+enum pass { PASS_WORK, PASS_ARM, PASS_ARM_UNPOLLED, PASS_DISARM };
 
-/* One pass over every QP. WORK: how much was done; ARM: 0 if a fifo had work. */
+/* Whether a poller moved @qp since the look before @look (a relaxed read is enough: a
+ * stale one arms a QP needlessly, or leaves it for the next look, 1 ms on). */
+static bool polled_since(struct sv_qp *qp, uint32_t look)
+{
+	return look - atomic_load_explicit(&qp->polled_look, memory_order_relaxed) <= 1;
+}
+
+/* One pass over every QP. WORK: how much was done; ARM: 0 if a fifo had work;
+ * ARM_UNPOLLED: the same for the QPs no poller moved since the previous look. */
 static int pass_all(enum pass what, bool *timed)
 {
+	uint32_t look = atomic_load_explicit(&sv_engine_look, memory_order_relaxed);
+
 	struct sv_qp *qps[MAX_PINNED];
-	int total, start = 0, result = what == PASS_ARM ? 1 : 0;
+	int total, start = 0, result = what == PASS_ARM || what == PASS_ARM_UNPOLLED ? 1 : 0;
 
 	*timed = false;
 	do {
@@ -634,6 +655,10 @@ static int pass_all(enum pass what, bool *timed)
 				break;
 			case PASS_ARM:
 				if (!sv_qp_arm(qp))
+					result = 0;
+				break;
+			case PASS_ARM_UNPOLLED:
+				if (!polled_since(qp, look) && !sv_qp_arm(qp))
 					result = 0;
 				break;
 			case PASS_DISARM:
@@ -653,8 +678,9 @@ static int pass_all(enum pass what, bool *timed)
  * The thread adapts to the application. Armed, it sleeps until a producer signals (a
  * system call on the producer's side, then a wake-up here): right for an application
  * that waits on a completion channel or does not call in at all. An application that
- * busy-polls its CQs moves the work itself; there the thread stops arming, so producers
- * make no system call, and looks only every millisecond. Busy polling shows as many
+ * busy-polls its CQs moves the work itself; there the thread stops arming the QPs those
+ * polls move (so their producers make no system call), arms only the others (a QP on a
+ * CQ nobody polls, an XRC target), and looks every millisecond. Busy polling shows as many
  * polls per wake-up (sv_engine_polls); an application that waits on a channel polls a
  * few times per event.
  */
@@ -728,13 +754,14 @@ static void *progress_main(void *arg)
 			sched_yield();
 			continue;
 		}
-		if (!busy) {
-			if (!pass_all(PASS_ARM, &timed)) {
-				pass_all(PASS_DISARM, &timed);
-				continue;
-			}
-			armed = true;
+		/* Busy: the QPs the application's polls move are left to it; those it does not
+		 * poll (another CQ, an XRC target) still wake this thread. */
+		atomic_fetch_add_explicit(&sv_engine_look, 1, memory_order_relaxed);
+		if (!pass_all(busy ? PASS_ARM_UNPOLLED : PASS_ARM, &timed)) {
+			pass_all(PASS_DISARM, &timed);
+			continue;
 		}
+		armed = true;
 		timeout = busy || timed ? 1 : -1;
 		serve_sockets(timeout);
 		if (armed)

@@ -6,7 +6,8 @@
  * The progress thread sleeps in epoll: on the rendezvous and connection sockets and on
  * one eventfd that producers signal only when they find a fifo armed. While the
  * application polls its CQs (the poll path moves the same work itself) the thread does
- * not arm the fifos, so producers make no system call (see progress_main).
+ * not arm the fifos of the QPs those polls move, so producers make no system call (see
+ * progress_main).
  *
  * Lock order: a QP's locks, then engine.lock. The engine never holds its lock while it
  * takes a QP's: it pins QPs with a reference instead.
@@ -61,6 +62,15 @@ void sv_engine_kick(void);
 /* The application's polls: it busy-polls when this grows fast (found something or not:
  * a busy poller that always finds completions is still busy). */
 extern _Atomic uint64_t sv_engine_polls;
+
+/* A QP of this process by number, pinned (drop with sv_engine_unpin_qp), or NULL. */
+struct sv_qp *sv_engine_pin_qp(uint32_t qpn);
+void sv_engine_unpin_qp(struct sv_qp *qp);
+
+/* The progress thread's looks (one per decision to sleep). A poller marks each QP it
+ * moves with the current look (sv_cq_progress): in busy mode the thread arms only the
+ * QPs no poller moved since its previous look, which nobody else would move. */
+extern _Atomic uint32_t sv_engine_look;
 
 static inline void sv_engine_note_poll(void)
 {

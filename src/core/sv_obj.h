@@ -191,6 +191,7 @@ struct sv_qp {
 
 	/* --- the data path (src/core/sv_qp_data.c) --- */
 	atomic_int eng_ref;           /* pinned by a poller or the progress thread */
+	_Atomic uint32_t polled_look; /* sv_engine_look when a poller last moved it */
 	int seg_fd;                   /* memfd: our page for peers, then our inbound fifo */
 	void *seg;
 	size_t seg_len;
@@ -200,6 +201,7 @@ struct sv_qp {
 	/* requester, under sq.lock (peer also under rx_busy); the atomic flags are
 	 * written under the lock and read without it as hints (relaxed) */
 	struct sv_peer *peer;         /* RC/UC: the connected QP */
+	atomic_bool peer_local;       /* ... and it is a QP of this process */
 	atomic_bool connect_pending;  /* in RTR or later, but the peer was not found yet */
 	bool want_connect;            /* transmit waits for an attach to want_qpn */
 	uint32_t want_qpn;

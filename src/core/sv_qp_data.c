@@ -67,6 +67,7 @@ static void drop_peers(struct sv_qp *qp)
 	sv_spin_lock(&qp->sq.lock);
 	peer = qp->peer;
 	qp->peer = NULL;
+	sv_set_hint(qp->peer_local, false);
 	sv_set_hint(qp->connect_pending, false);
 	qp->want_connect = false;
 	qp->ud_unreachable_valid = false;
@@ -228,6 +229,7 @@ static void qp_connect(struct sv_qp *qp)
 	sv_spin_lock(&qp->sq.lock);
 	if (!err) {
 		qp->peer = peer;
+		sv_set_hint(qp->peer_local, peer->sock < 0);
 		sv_set_hint(qp->connect_pending, false);
 	} else {
 		/* Not on this host (yet): sends will find out (RETRY_EXC_ERR). */
@@ -408,6 +410,7 @@ static int peer_left(struct sv_qp *qp)
 	if (!shm_fifo_peek(qp->rx, &pos) && !pthread_spin_trylock(&qp->sq.lock)) {
 		gone = qp->peer;
 		qp->peer = NULL;
+		sv_set_hint(qp->peer_local, false);
 		atomic_store(&qp->peer_left, false);
 		/* What still waits for an answer will never get one (IBA 9.7.5.1.1). */
 		sv_req_fail_waiting(qp, IBV_WC_RETRY_EXC_ERR);
@@ -455,6 +458,29 @@ void sv_cq_detach_qp(struct sv_cq *cq, struct sv_qp *qp)
 	pthread_spin_unlock(&cq->qps_lock);
 }
 
+/*
+ * A poller waiting for @qp's answers also moves its peer when that peer is a QP of this
+ * process: a NIC answers without its application's help, and one process driving both
+ * ends may poll this end before the other (rdma-core's own tests do). A peer in another
+ * process is moved by its own pollers or progress thread.
+ */
+static void move_local_peer(struct sv_qp *qp)
+{
+	struct sv_qp *peer;
+	uint32_t qpn = 0;
+
+	/* The flag is a hint; the lock confirms (and nothing waits for it). */
+	if (!sv_hint(qp->peer_local) || pthread_spin_trylock(&qp->sq.lock))
+		return;
+	if (qp->peer && qp->peer->sock < 0 && qp->sq.tail != qp->sq_next)
+		qpn = qp->peer->qpn;
+	pthread_spin_unlock(&qp->sq.lock);
+	if (!qpn || !(peer = sv_engine_pin_qp(qpn)))
+		return;
+	sv_qp_progress(peer);
+	sv_engine_unpin_qp(peer);
+}
+
 void sv_cq_progress(struct sv_cq *cq)
 {
 	struct sv_qp *pinned[16];
@@ -473,7 +499,12 @@ void sv_cq_progress(struct sv_cq *cq)
 		}
 		pthread_spin_unlock(&cq->qps_lock);
 		for (int i = 0; i < n; i++) {
+			atomic_store_explicit(&pinned[i]->polled_look,
+					      atomic_load_explicit(&sv_engine_look,
+								   memory_order_relaxed),
+					      memory_order_relaxed);
 			sv_qp_progress(pinned[i]);
+			move_local_peer(pinned[i]);
 			atomic_fetch_sub_explicit(&pinned[i]->eng_ref, 1, memory_order_release);
 		}
 		start += n;

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "core/sv_obj.h"
+#include "core/sv_qp_data.h"
 
 struct sv_xrc_domain {
 	struct sv_xrc_domain *next; /* the process's domains with a file (under domains_lock) */
@@ -16,9 +17,11 @@ struct sv_xrc_domain {
 	bool has_file;
 	dev_t dev;                  /* the file, as fstat names it */
 	ino_t ino;
-	pthread_rwlock_t lock;      /* guards srqs */
+	pthread_rwlock_t lock;      /* guards srqs and tgts */
 	struct sv_srq **srqs;
 	int n_srqs, cap_srqs;
+	struct sv_qp **tgts;        /* the domain's target QPs */
+	int n_tgts, cap_tgts;
 };
 
 static pthread_mutex_t domains_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -100,27 +103,69 @@ void sv_xrc_domain_close(struct sv_xrc_domain *d)
 		return;
 	pthread_rwlock_destroy(&d->lock);
 	free(d->srqs);
+	free(d->tgts);
 	free(d);
+}
+
+/* Appends @p to the array *@v of *@n (capacity *@cap). Caller holds the write lock. */
+static int push(void ***v, int *n, int *cap, void *p)
+{
+	if (*n == *cap) {
+		int c = *cap ? 2 * *cap : 8;
+		void **x = realloc(*v, (size_t)c * sizeof(*x));
+
+		if (!x)
+			return -ENOMEM;
+		*v = x;
+		*cap = c;
+	}
+	(*v)[(*n)++] = p;
+	return 0;
+}
+
+static void drop(void **v, int *n, void *p)
+{
+	for (int i = 0; i < *n; i++) {
+		if (v[i] == p) {
+			v[i] = v[--*n];
+			return;
+		}
+	}
+}
+
+/*
+ * A poller of an XRC SRQ's CQ moves the work of the domain's targets (sv_cq_progress),
+ * as it moves that of the QPs it completes for: each target is attached to the CQ of
+ * every SRQ of its domain, once per pair. This attaches (or detaches) the pairs of a new
+ * member: @srq with every target, or @qp with every SRQ. Caller holds the write lock.
+ */
+static int pairs(struct sv_xrc_domain *d, struct sv_srq *srq, struct sv_qp *qp, bool attach)
+{
+	int n = srq ? d->n_tgts : d->n_srqs;
+
+	for (int i = 0; i < n; i++) {
+		struct sv_cq *cq = srq ? srq->cq : d->srqs[i]->cq;
+		struct sv_qp *t = srq ? d->tgts[i] : qp;
+
+		if (!attach) {
+			sv_cq_detach_qp(cq, t);
+		} else if (sv_cq_attach_qp(cq, t)) {
+			while (i--)
+				sv_cq_detach_qp(srq ? srq->cq : d->srqs[i]->cq, srq ? d->tgts[i] : qp);
+			return -ENOMEM;
+		}
+	}
+	return 0;
 }
 
 int sv_xrc_domain_add_srq(struct sv_xrc_domain *d, struct sv_srq *srq)
 {
-	int err = 0;
+	int err;
 
 	pthread_rwlock_wrlock(&d->lock);
-	if (d->n_srqs == d->cap_srqs) {
-		int cap = d->cap_srqs ? 2 * d->cap_srqs : 8;
-		struct sv_srq **n = realloc(d->srqs, (size_t)cap * sizeof(*n));
-
-		if (n) {
-			d->srqs = n;
-			d->cap_srqs = cap;
-		} else {
-			err = -ENOMEM;
-		}
-	}
-	if (!err)
-		d->srqs[d->n_srqs++] = srq;
+	err = pairs(d, srq, NULL, true);
+	if (!err && (err = push((void ***)&d->srqs, &d->n_srqs, &d->cap_srqs, srq)))
+		pairs(d, srq, NULL, false);
 	pthread_rwlock_unlock(&d->lock);
 	return err;
 }
@@ -128,12 +173,28 @@ int sv_xrc_domain_add_srq(struct sv_xrc_domain *d, struct sv_srq *srq)
 void sv_xrc_domain_remove_srq(struct sv_xrc_domain *d, struct sv_srq *srq)
 {
 	pthread_rwlock_wrlock(&d->lock);
-	for (int i = 0; i < d->n_srqs; i++) {
-		if (d->srqs[i] == srq) {
-			d->srqs[i] = d->srqs[--d->n_srqs];
-			break;
-		}
-	}
+	drop((void **)d->srqs, &d->n_srqs, srq);
+	pairs(d, srq, NULL, false);
+	pthread_rwlock_unlock(&d->lock);
+}
+
+int sv_xrc_domain_add_target(struct sv_xrc_domain *d, struct sv_qp *qp)
+{
+	int err;
+
+	pthread_rwlock_wrlock(&d->lock);
+	err = pairs(d, NULL, qp, true);
+	if (!err && (err = push((void ***)&d->tgts, &d->n_tgts, &d->cap_tgts, qp)))
+		pairs(d, NULL, qp, false);
+	pthread_rwlock_unlock(&d->lock);
+	return err;
+}
+
+void sv_xrc_domain_remove_target(struct sv_xrc_domain *d, struct sv_qp *qp)
+{
+	pthread_rwlock_wrlock(&d->lock);
+	drop((void **)d->tgts, &d->n_tgts, qp);
+	pairs(d, NULL, qp, false);
 	pthread_rwlock_unlock(&d->lock);
 }
 

@@ -5,15 +5,17 @@
  * one. A domain lives in one process: its SRQs and target QPs are that process's
  * objects (docs/architecture.md, "XRC"). Senders may be anywhere on the host.
  *
- * Lock: each domain's lock guards its SRQ list; a responder delivering into one of its
- * SRQs holds it for reading for the whole message, so an SRQ leaves the domain (and may
- * be freed) only when no message is being placed in it.
+ * Lock: each domain's lock guards its member lists (taken before a CQ's qps_lock). A
+ * responder delivering into one of its SRQs holds it for reading for the whole message,
+ * so an SRQ leaves the domain (and may be freed) only when no message is being placed
+ * in it.
  */
 #ifndef SV_XRCD_H
 #define SV_XRCD_H
 
 #include <stdint.h>
 
+struct sv_qp;
 struct sv_srq;
 struct sv_xrc_domain;
 
@@ -26,9 +28,16 @@ void sv_xrc_domain_close(struct sv_xrc_domain *d);
 /* A number for a new SRQ: unique in the process, 24 bits, never 0. */
 uint32_t sv_xrc_srq_number(void);
 
+/*
+ * Members. A target QP's work is moved by whoever polls the CQ of one of its domain's
+ * SRQs, as a QP's is by whoever polls its own CQs: each target is attached to those
+ * CQs while both are members. 0 or -ENOMEM.
+ */
 int sv_xrc_domain_add_srq(struct sv_xrc_domain *d, struct sv_srq *srq);
 /* Waits until no message is being placed in @srq, then takes it out. */
 void sv_xrc_domain_remove_srq(struct sv_xrc_domain *d, struct sv_srq *srq);
+int sv_xrc_domain_add_target(struct sv_xrc_domain *d, struct sv_qp *qp);
+void sv_xrc_domain_remove_target(struct sv_xrc_domain *d, struct sv_qp *qp);
 
 /* Reader side, for the responder: find the SRQ numbered @srqn between lock and unlock. */
 void sv_xrc_domain_rdlock(struct sv_xrc_domain *d);

@@ -112,6 +112,52 @@ static void test_modify_without_state(void **state)
 	assert_false(sv_qp_transition_ok(IBV_QPT_RC, IBV_QPS_RESET, IBV_QPS_RESET, IBV_QP_PORT));
 }
 
+/* XRC (ib_modify_qp_is_ok's XRC_INI and XRC_TGT columns): the initiator is RC without
+ * the responder's attributes, the target RC without the requester's. */
+static void test_xrc_columns(void **state)
+{
+	const int init = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+	const int rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			IBV_QP_RQ_PSN;
+	const int resp = IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	const int rts = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT;
+	const int req = IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+
+	(void)state;
+	assert_true(sv_qp_type_supported(IBV_QPT_XRC_SEND));
+	assert_true(sv_qp_type_supported(IBV_QPT_XRC_RECV));
+	for (int t = 0; t < 2; t++) {
+		enum ibv_qp_type type = t ? IBV_QPT_XRC_RECV : IBV_QPT_XRC_SEND;
+
+		assert_true(sv_qp_transition_ok(type, IBV_QPS_RESET, IBV_QPS_INIT, init));
+		assert_false(sv_qp_transition_ok(type, IBV_QPS_RESET, IBV_QPS_INIT,
+						 init & ~IBV_QP_ACCESS_FLAGS));
+		/* No SQ Error state for either end: a send error takes the QP to Error. */
+		assert_false(sv_qp_transition_ok(type, IBV_QPS_SQE, IBV_QPS_RTS, IBV_QP_STATE));
+		assert_true(sv_qp_transition_ok(type, IBV_QPS_RTS, IBV_QPS_SQD, IBV_QP_STATE));
+	}
+	assert_true(sv_qp_transition_ok(IBV_QPT_XRC_SEND, IBV_QPS_INIT, IBV_QPS_RTR, rtr));
+	assert_false(sv_qp_transition_ok(IBV_QPT_XRC_SEND, IBV_QPS_INIT, IBV_QPS_RTR, rtr | resp));
+	assert_false(sv_qp_transition_ok(IBV_QPT_XRC_RECV, IBV_QPS_INIT, IBV_QPS_RTR, rtr));
+	assert_true(sv_qp_transition_ok(IBV_QPT_XRC_RECV, IBV_QPS_INIT, IBV_QPS_RTR, rtr | resp));
+	assert_true(sv_qp_transition_ok(IBV_QPT_XRC_SEND, IBV_QPS_RTR, IBV_QPS_RTS, rts | req));
+	assert_false(sv_qp_transition_ok(IBV_QPT_XRC_SEND, IBV_QPS_RTR, IBV_QPS_RTS, rts));
+	assert_true(sv_qp_transition_ok(IBV_QPT_XRC_RECV, IBV_QPS_RTR, IBV_QPS_RTS, rts));
+	assert_false(sv_qp_transition_ok(IBV_QPT_XRC_RECV, IBV_QPS_RTR, IBV_QPS_RTS, rts | req));
+	assert_true(sv_qp_transition_ok(IBV_QPT_XRC_RECV, IBV_QPS_RTR, IBV_QPS_RTS,
+					rts | IBV_QP_MIN_RNR_TIMER));
+	assert_false(sv_qp_transition_ok(IBV_QPT_XRC_SEND, IBV_QPS_RTR, IBV_QPS_RTS,
+					 rts | req | IBV_QP_MIN_RNR_TIMER));
+	assert_int_equal(sv_qp_transition_required(IBV_QPT_XRC_RECV, IBV_QPS_RTR, IBV_QPS_RTS),
+			 IBV_QP_SQ_PSN | IBV_QP_TIMEOUT);
+	/* Which end talks to which. */
+	assert_int_equal(sv_qp_type_peer(IBV_QPT_XRC_SEND), IBV_QPT_XRC_RECV);
+	assert_int_equal(sv_qp_type_peer(IBV_QPT_XRC_RECV), IBV_QPT_XRC_SEND);
+	assert_int_equal(sv_qp_type_peer(IBV_QPT_RC), IBV_QPT_RC);
+	assert_true(sv_qp_type_reliable(IBV_QPT_XRC_RECV));
+	assert_false(sv_qp_type_reliable(IBV_QPT_UC));
+}
+
 static void test_count_of_legal_pairs(void **state)
 {
 	/* Every one of the 7 states -> RESET (7), every one but RESET -> ERR (6), plus
@@ -140,6 +186,7 @@ int main(void)
 		cmocka_unit_test(test_rtr_to_rts),
 		cmocka_unit_test(test_illegal_transitions),
 		cmocka_unit_test(test_modify_without_state),
+		cmocka_unit_test(test_xrc_columns),
 		cmocka_unit_test(test_count_of_legal_pairs),
 	};
 

@@ -421,9 +421,11 @@ static enum ibv_qp_type rnd_qp_type(void)
 	return one_in(4) ? (enum ibv_qp_type)rnd_edge() : others[rnd_below(ARRAY_LEN(others))];
 }
 
+/* Through ibv_create_qp (a PD, no XRC domain): an XRC target cannot be made. */
 static bool supported_type(enum ibv_qp_type type)
 {
-	return type == IBV_QPT_RC || type == IBV_QPT_UC || type == IBV_QPT_UD;
+	return type == IBV_QPT_RC || type == IBV_QPT_UC || type == IBV_QPT_UD ||
+	       type == IBV_QPT_XRC_SEND;
 }
 
 /*
@@ -447,7 +449,7 @@ static void test_create_qp_random_init_attr_gives_qp_or_null_with_errno(void **s
 	for (int round = 0; round < CREATE_QP_ROUNDS; round++) {
 		struct ibv_qp_init_attr ia;
 		struct ibv_qp_cap asked;
-		bool type_ok, cq_ok, caps_ok, inline_ok, inline_bad;
+		bool type_ok, no_rq, cq_ok, caps_ok, inline_ok, inline_bad;
 		struct ibv_qp *qp;
 		int err;
 
@@ -466,9 +468,12 @@ static void test_create_qp_random_init_attr_gives_qp_or_null_with_errno(void **s
 		ia.sq_sig_all = (int)rnd_edge();
 		asked = ia.cap;
 		type_ok = supported_type(ia.qp_type);
-		cq_ok = ia.send_cq && ia.recv_cq;
+		/* An XRC initiator has no receive side: its receive CQ, SRQ and caps are
+		 * ignored. */
+		no_rq = ia.qp_type == IBV_QPT_XRC_SEND;
+		cq_ok = ia.send_cq && (no_rq || ia.recv_cq);
 		caps_ok = asked.max_send_wr <= max_wr && asked.max_send_sge <= max_sge &&
-			  (ia.srq ||
+			  (ia.srq || no_rq ||
 			   (asked.max_recv_wr <= max_wr && asked.max_recv_sge <= max_sge));
 		inline_ok = asked.max_inline_data <= 64;
 		inline_bad = asked.max_inline_data >= (1u << 20);
@@ -481,11 +486,11 @@ static void test_create_qp_random_init_attr_gives_qp_or_null_with_errno(void **s
 			created++;
 			if (!type_ok || !cq_ok || !caps_ok || inline_bad ||
 			    qp->qp_type != ia.qp_type || qp->state != IBV_QPS_RESET ||
-			    qp->srq != ia.srq || qp->qp_context != ia.qp_context ||
+			    qp->srq != (no_rq ? NULL : ia.srq) || qp->qp_context != ia.qp_context ||
 			    ia.cap.max_send_wr < asked.max_send_wr ||
 			    ia.cap.max_send_sge < asked.max_send_sge ||
 			    ia.cap.max_inline_data < asked.max_inline_data ||
-			    (!ia.srq && (ia.cap.max_recv_wr < asked.max_recv_wr ||
+			    (!ia.srq && !no_rq && (ia.cap.max_recv_wr < asked.max_recv_wr ||
 					 ia.cap.max_recv_sge < asked.max_recv_sge)))
 				flag(&t,
 				     "round %d: created %s QP (state %d) from type %d cqs %d caps "
