@@ -174,6 +174,7 @@ int tp_ep_post_send(struct tp_ep *ep, int qp, const struct tp_wr *w, int n, int 
 		wr[i].opcode = (enum ibv_wr_opcode)w[i].opcode;
 		wr[i].send_flags = w[i].send_flags;
 		wr[i].imm_data = w[i].imm;
+		wr[i].qp_type.xrc.remote_srqn = w[i].xrc_srqn;
 		if (ep->qp[qp]->qp_type == IBV_QPT_UD) {
 			wr[i].wr.ud.ah = ep_ah(ep, &w[i].ah);
 			wr[i].wr.ud.remote_qpn = w[i].remote_qpn;

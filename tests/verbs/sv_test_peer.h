@@ -112,6 +112,7 @@ struct tp_wr {
 	/* UD */
 	struct ibv_ah_attr ah;
 	uint32_t remote_qpn, remote_qkey;
+	uint32_t xrc_srqn; /* XRC_SEND: the remote SRQ */
 };
 
 /* A signaled WR of @len bytes from the buffer at @off (no SGE when @len is 0). */

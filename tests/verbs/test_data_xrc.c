@@ -21,7 +21,10 @@
  *   an SRQ outside the domain is REM_INV_REQ_ERR and the target reports QP_REQ_ERR; a
  *   SEND waits (RNR) for a receive posted later; the ibv_wr_* builder with
  *   ibv_wr_set_xrc_srqn.
+ * - An initiator in another process: SEND and RDMA WRITE land; killed, the target reports
+ *   IBV_EVENT_QP_FATAL within a second.
  */
+#include "verbs/sv_test_peer.h"
 #include "verbs/sv_test_util.h"
 
 #include <arpa/inet.h>
@@ -668,9 +671,65 @@ static void test_xrc_builder(void **state)
 	env_close(&e);
 }
 
+/* The initiator in an agent process; the domain, SRQ and target here. */
+static void test_xrc_initiator_in_another_process(void **state)
+{
+	struct tu_res *res = *state;
+	struct tp_qp_opts o = { .type = IBV_QPT_XRC_SEND };
+	struct ibv_async_event ev;
+	struct tp_peer peer;
+	struct tp_info info;
+	struct tp_wr w;
+	struct tu_conn c;
+	struct env e;
+	struct ibv_wc wc;
+
+	env_open(&e, res, false);
+	tu_destroy_qp(res, e.tgt); /* a fresh target for the agent's initiator */
+	e.tgt = tu_keep_qp(res, create_target(res, e.xrcd));
+	tp_start(&peer);
+	tp_open(&peer, 65536, 0);
+	assert_int_equal(tp_create_qp(&peer, &o), 0);
+	tp_info(&peer, 0, &info);
+	tu_conn_init(&c, res, info.qpn);
+	c.access = IBV_ACCESS_REMOTE_WRITE;
+	c.max_dest_rd_atomic = 4;
+	assert_int_equal(tu_qp_connect(e.tgt, &c, IBV_QPS_RTS), 0);
+	tu_conn_init(&c, res, e.tgt->qp_num);
+	c.access = 0;
+	assert_int_equal(tp_connect(&peer, 0, &c), 0);
+
+	post_srq_recv(&e, 1, 700, 4096, 8192);
+	tp_fill_peer(&peer, 0, 5000, 31, 0);
+	w = tp_wr1(21, IBV_WR_SEND, 0, 5000);
+	w.xrc_srqn = e.srqn[1];
+	assert_int_equal(tp_post_send(&peer, 0, &w, 1, NULL), 0);
+	tp_expect_peer_wc(&peer, true, 21, IBV_WC_SUCCESS, NULL);
+	expect_wc(e.rcq[1], 700, IBV_WC_SUCCESS, &wc, "SEND from another process");
+	assert_int_equal(wc.byte_len, 5000);
+	assert_int_equal(wc.src_qp, info.qpn);
+	tp_assert_pattern(e.dst + 4096, 5000, 31, 0, "SEND from another process");
+
+	tp_fill_peer(&peer, 8192, 3000, 32, 0);
+	w = tp_wr1(22, IBV_WR_RDMA_WRITE, 8192, 3000);
+	w.xrc_srqn = e.srqn[0];
+	w.remote_addr = (uintptr_t)e.dst + 65536;
+	w.rkey = e.dmr->rkey;
+	assert_int_equal(tp_post_send(&peer, 0, &w, 1, NULL), 0);
+	tp_expect_peer_wc(&peer, true, 22, IBV_WC_SUCCESS, NULL);
+	tp_assert_pattern(e.dst + 65536, 3000, 32, 0, "RDMA WRITE from another process");
+
+	/* The initiator's process dies: the target learns within a second. */
+	tp_kill(&peer);
+	assert_true(tp_wait_async(res->ctx, IBV_EVENT_QP_FATAL, 1000, &ev));
+	assert_ptr_equal(ev.element.qp, e.tgt);
+	(void)tp_cleanup(&peer); /* reaped by tp_kill: closes the socket */
+	env_close(&e);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
 
-int main(void)
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_open_xrcd_rules),
@@ -685,7 +744,9 @@ int main(void)
 		T(test_xrc_rnr_then_receive),
 		T(test_xrc_shared_domain),
 		T(test_xrc_builder),
+		T(test_xrc_initiator_in_another_process),
 	};
 
+	tp_main(argc, argv);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
