@@ -715,19 +715,11 @@ enum {
  */
 static uint32_t tx_tiny_writes(struct sv_qp *qp, struct sv_peer *peer, uint32_t n)
 {
-	uint64_t pos;
+	struct shm_write_rec rec[SV_BATCH];
+	struct shm_msg m = { .op = SHM_OP_WRITES, .src_qpn = qp->ibv.qp_base.qp_num };
 
-	/* One reservation and one publishing fence for the whole burst. */
-	while (n && shm_fifo_reserve(peer->fifo, n, &peer->cached_head, &pos))
-		n /= 2;
-	if (!n) {
-		sv_set_hint(qp->tx_blocked, true);
-		return 0;
-	}
 	for (uint32_t i = 0; i < n; i++) {
 		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, qp->sq_next + i);
-		struct shm_msg m = { .op = SHM_OP_WRITE, .flags = SHM_F_LAST | SHM_F_TINY,
-				     .nslots = 1, .src_qpn = qp->ibv.qp_base.qp_num };
 		struct iovec iov[SV_IOV_MAX];
 		uint64_t bytes;
 		uint32_t off = 0;
@@ -736,22 +728,34 @@ static uint32_t tx_tiny_writes(struct sv_qp *qp, struct sv_peer *peer, uint32_t 
 		/* Checked by tx_write_batch already: cannot fail here. */
 		(void)wqe_iov(qp, w, 0, iov, &k, &bytes);
 		for (int j = 0; j < k; j++) {
-			memcpy(m.u.rdma.tiny + off, iov[j].iov_base, iov[j].iov_len);
+			memcpy(rec[i].data + off, iov[j].iov_base, iov[j].iov_len);
 			off += (uint32_t)iov[j].iov_len;
 		}
-		m.len = m.aux = (uint32_t)bytes;
-		m.u.rdma.addr = w->remote_addr;
-		m.u.rdma.rkey = w->rkey;
-		/* Each has its msn; the responder acknowledges a fifo batch at once. */
-		m.msn = ++qp->next_msn;
-		memcpy(shm_fifo_slot(peer->fifo, pos + i)->hdr, &m, sizeof(m));
-		w->msn = m.msn;
+		rec[i].addr = w->remote_addr;
+		rec[i].rkey = w->rkey;
+		rec[i].len = (uint32_t)bytes;
+	}
+	/* One message, one reservation and one publishing fence for the whole burst (or
+	 * what of it fits); each write has its msn, the message carries the last. */
+	for (;; n /= 2) {
+		if (!n) {
+			sv_set_hint(qp->tx_blocked, true);
+			return 0;
+		}
+		m.aux = n;
+		m.len = n * (uint32_t)sizeof(rec[0]);
+		m.msn = qp->next_msn + n;
+		if (!sv_put_msg(peer, &m, rec, NULL, 0, m.len))
+			break;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, qp->sq_next + i);
+
+		w->msn = ++qp->next_msn;
 		w->state = SV_WQE_WAIT;
 	}
 	qp->sq_next += n;
 	qp->fifo_writes_out += n;
-	if (shm_fifo_publish_run(peer->fifo, pos, n))
-		sv_engine_wake_peer(peer);
 	return n;
 }
 

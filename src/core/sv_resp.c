@@ -248,23 +248,59 @@ static enum rx_result rx_write(struct sv_qp *qp, const struct shm_msg *m, uint64
 	if (imm && !take_recv(qp, &r))
 		return sv_qp_type_reliable(qp->ibv.qp_base.qp_type) ? rnr(qp, m) : RX_CONSUMED;
 	sv_set_hint(qp->rnr_held, false);
-	if (m->len && (m->flags & SHM_F_TINY))
-		memcpy((void *)(uintptr_t)va, m->u.rdma.tiny, m->len);
-	else if (m->len)
+	if (m->len)
 		shm_fifo_get(qp->rx, pos, 0, (void *)(uintptr_t)va, m->len);
 	if (imm) {
 		struct shm_msg done = *m;
 
 		done.op = SHM_OP_WRITE_IMM;
 		finish_recv(qp, &r, &done, IBV_WC_SUCCESS, m->aux);
-	} else if ((m->flags & SHM_F_TINY) && m->msn) {
-		/* A burst of tiny writes: acknowledged once, at the end of this fifo batch. */
-		qp->ack_due = m->msn;
 	} else if ((m->flags & SHM_F_LAST) && m->msn) {
 		qp->ack_due = m->msn;
 		if (!answer(qp, SHM_OP_ACK, m->msn, 0, 0))
 			qp->ack_sent = m->msn;
 	}
+	return RX_CONSUMED;
+}
+
+/*
+ * A burst of tiny WRITEs, record by record (qp->resp_off counts those placed, should a
+ * NAK wait for room). Each is checked as a WRITE of its own: on RC the first refused one
+ * is NAKed with its msn and nothing after it executes; on UC it is lost and the rest go
+ * on. The burst is acknowledged once, with the fifo batch.
+ */
+static enum rx_result rx_writes(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
+{
+	uint32_t n = m->aux, first = m->msn - (n - 1);
+
+	if ((uint64_t)n * sizeof(struct shm_write_rec) > m->len)
+		return refuse(qp, m, IBV_WC_REM_INV_REQ_ERR); /* malformed */
+	for (; qp->resp_off < n; qp->resp_off++) {
+		struct shm_write_rec r;
+		uint64_t va;
+
+		shm_fifo_get(qp->rx, pos, (uint32_t)qp->resp_off * (uint32_t)sizeof(r), &r,
+			     sizeof(r));
+		if (r.len > SHM_TINY)
+			r.len = SHM_TINY;
+		if (!r.len)
+			continue; /* IBA 9.4.x: a zero-length WRITE checks no key */
+		if (!rdma_allowed(qp, r.rkey, r.addr, r.len, IBV_ACCESS_REMOTE_WRITE, &va)) {
+			struct shm_msg bad = *m;
+
+			if (!sv_qp_type_reliable(qp->ibv.qp_base.qp_type))
+				continue;
+			bad.msn = first + (uint32_t)qp->resp_off;
+			if (refuse(qp, &bad, IBV_WC_REM_ACCESS_ERR) == RX_HOLD)
+				return RX_HOLD;
+			qp->resp_off = 0;
+			return RX_CONSUMED;
+		}
+		memcpy((void *)(uintptr_t)va, r.data, r.len);
+	}
+	qp->resp_off = 0;
+	if (m->msn)
+		qp->ack_due = m->msn;
 	return RX_CONSUMED;
 }
 
@@ -362,6 +398,8 @@ static enum rx_result rx_request(struct sv_qp *qp, const struct shm_msg *m, uint
 		return rx_write_imm(qp, m);
 	case SHM_OP_WRITE:
 		return rx_write(qp, m, pos);
+	case SHM_OP_WRITES:
+		return rx_writes(qp, m, pos);
 	case SHM_OP_READ_REQ:
 		return rx_read(qp, m);
 	case SHM_OP_ATOMIC:

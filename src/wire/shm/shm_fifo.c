@@ -109,7 +109,14 @@ void shm_fifo_release(struct shm_fifo *f, uint32_t n)
 {
 	uint64_t h = atomic_load_explicit(&f->head, memory_order_relaxed);
 
-	for (uint32_t i = 0; i < n; i++)
+	/*
+	 * Payload slots hold the producer's bytes where a header slot has its seq word: clear
+	 * those, so that a later lap's header there never looks published by chance. A
+	 * header slot keeps its seq (pos + 1 of this lap, never a later lap's): the consumer
+	 * of a one-slot message then only reads its cache line, and the producer's next write
+	 * there need not take it back from us first.
+	 */
+	for (uint32_t i = 1; i < n; i++)
 		atomic_store_explicit(&shm_fifo_slot(f, h + i)->seq, 0, memory_order_relaxed);
 	/* Release: the slots are free (and their seq words cleared) before producers reuse them. */
 	atomic_store_explicit(&f->head, h + n, memory_order_release);

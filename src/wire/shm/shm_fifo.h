@@ -8,7 +8,8 @@
  * `tail` (CAS: several processes may produce), writes, then publishes by storing
  * seq = position + 1 in the first slot with release order. The consumer reads the
  * slot at `head` when its seq says it is published, then zeroes the sequence words of
- * the slots it consumed (so old payload never looks published) and advances `head`.
+ * the payload slots it consumed (so old payload never looks published; a header's
+ * stale seq names an earlier lap) and advances `head`.
  *
  * Wakeups: a consumer about to sleep sets `armed`; a producer that finds it set after
  * publishing clears it and signals the consumer's eventfd. A busy consumer never arms,

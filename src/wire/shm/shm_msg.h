@@ -29,10 +29,12 @@ enum shm_op {
 	SHM_OP_READ_REQ,   /* bounce copy: RDMA READ the responder answers with READ_RESP */
 	SHM_OP_READ_RESP,  /* bounce copy: READ data for request msn at offset u.rdma.addr */
 	SHM_OP_ACCESS_ERR, /* the requester found an access violation on this QP's memory */
+	SHM_OP_WRITES,     /* a burst of tiny RDMA WRITEs the responder places: aux records
+			    * (struct shm_write_rec) after the header; msn is the last one's */
 	SHM_OP_MAX,
 };
 
-/* A WRITE this small carries its data in its header: one slot per write. */
+/* A WRITE this small can travel in a burst (SHM_OP_WRITES), its data in its record. */
 #define SHM_TINY 16
 
 enum shm_flags {
@@ -43,7 +45,6 @@ enum shm_flags {
 	SHM_F_CMP_SWP = 1 << 4,   /* ATOMIC: compare and swap (else fetch and add) */
 	SHM_F_FIRST = 1 << 5,     /* the first piece of a message (SEND) */
 	SHM_F_LAST = 1 << 6,      /* the last piece of a message (SEND, WRITE, READ_RESP) */
-	SHM_F_TINY = 1 << 7,      /* WRITE: the data is in u.rdma.tiny */
 };
 
 /* Header of every message: the 56 bytes after the slot's sequence word. */
@@ -68,13 +69,23 @@ struct shm_msg {
 		struct {
 			uint64_t addr; /* WRITE, READ_REQ: remote address; pieces: offset */
 			uint32_t rkey;
-			uint8_t tiny[SHM_TINY]; /* WRITE of at most SHM_TINY bytes: the data */
 		} __attribute__((packed)) rdma;
 	} __attribute__((packed)) u; /* 28 bytes: room for what follows */
 	uint32_t xrc_srqn; /* requests from an XRC initiator: the SRQ to deliver to (XRCETH) */
 };
 
 static_assert(sizeof(struct shm_msg) == SHM_HDR_SIZE, "the header fills the first slot");
+
+/* One WRITE of a burst (SHM_OP_WRITES): two to a slot, so a burst of 8-byte writes moves
+ * half the cache lines one message per write would. */
+struct shm_write_rec {
+	uint64_t addr;
+	uint32_t rkey;
+	uint32_t len; /* at most SHM_TINY */
+	uint8_t data[SHM_TINY];
+};
+
+static_assert(sizeof(struct shm_write_rec) * 2 == SHM_SLOT_SIZE, "two records a slot");
 
 /* A sender buffer the responder pulls from (process_vm_readv), SEND rendezvous. */
 struct shm_rsge {
