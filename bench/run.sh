@@ -18,7 +18,9 @@ usage: bench/run.sh [--no-perftest] [--out DIR] [-- BASELINES_ARGS...]
 Builds bench/baselines.c (cc -O2 -std=c11 -D_GNU_SOURCE) into a temporary
 directory and runs it, then runs perftest on softverbs when its data path works:
   ib_send_lat -s 2                        vs the cache-line one-way latency
-  ib_write_bw -s 65536, -s 1048576        vs process_vm_writev and memcpy (warm)
+  ib_write_bw -s 65536, -s 1048576        vs process_vm_writev (at the start, and just
+                                          before and after, on the client's CPU) and
+                                          memcpy (warm)
   ib_write_bw -s 8 -t 128 -l 32 -N        message rate, absolute (3.2 M writes,
                                           pinned and unpinned;
                                           -N: perftest takes no per-post timestamps)
@@ -299,11 +301,25 @@ else
 	report "ib_send_lat -s 2" send_lat
 fi
 
+# process_vm_writev just before and just after a bandwidth run, on the client's CPU:
+# the copy the write path makes, timed where and when perftest's is (the VM's memory
+# bandwidth drifts over a run by more than the difference being measured).
+pvm_cmd() {
+	echo "${pin_client[*]} $tmp/baselines --only pvm --json-file $tmp/pvm-$1.json"
+}
+pvm_at() {
+	"${pin_client[@]}" "$tmp/baselines" --only pvm --json-file "$tmp/pvm-$1.json" \
+		>/dev/null 2>&1 || true
+	baseline process_vm_writev "$2" "$tmp/pvm-$1.json"
+}
+
 # Bandwidth: perftest's average in Gb/s (10^9 bits) / 8 = GB/s, as the baselines.
 for size in 65536 1048576; do
 	name=write_bw_$size
+	pvm_before=$(pvm_at "before-$size" "$size")
 	if pair "$name" ib_write_bw -s "$size" -n 5000 --report_gbits &&
 		gbit=$(column "$tmp/$name.client.log" "$size" 'BW average[Gb/sec]'); then
+		pvm_after=$(pvm_at "after-$size" "$size")
 		gbs=$(calc '%.2f' "$gbit / 8")
 		echo
 		echo "ib_write_bw -s $size: $gbs GB/s ($gbit Gb/s average)"
@@ -313,6 +329,15 @@ for size in 65536 1048576; do
 		mc=$(baseline memcpy_warm "$size")
 		if [ "$size" -ge 1048576 ]; then label="$((size / 1048576)) MiB"; else label="$((size / 1024)) KiB"; fi
 		test="ib_write_bw -s $size" value="$gbs GB/s"
+		for when in before after; do
+			if [ "$when" = before ]; then b=$pvm_before; else b=$pvm_after; fi
+			[ -n "$b" ] || continue
+			ratio=$(calc '%.2f' "$gbit / 8 / $b")
+			echo "  vs process_vm_writev just $when, $(calc '%.2f' "$b") GB/s: $ratio"
+			echo "     ($(pvm_cmd "$when-$size"))"
+			row "$test" "$value" "process_vm_writev $label, $when: $(calc '%.2f' "$b") GB/s" "$ratio"
+			test="" value=""
+		done
 		if [ -n "$pvm" ]; then
 			ratio=$(calc '%.2f' "$gbit / 8 / $pvm")
 			echo "  vs process_vm_writev $(calc '%.2f' "$pvm") GB/s (baselines): $ratio"
