@@ -1,8 +1,9 @@
 /*
  * Ordering of RDMA operations on one RC QP (IBA 9.5): a READ posted after WRITEs returns
  * what they wrote, whatever path each took (a post list of tiny WRITEs goes through the
- * responder's fifo, a lone READ by process_vm_readv). Two QPs of one process, connected
- * to each other.
+ * responder's fifo as one burst, a lone READ by process_vm_readv); a burst's WRITEs land
+ * with their own lengths; a bad rkey midway fails that WRITE alone and flushes the rest.
+ * Two QPs of one process, connected to each other.
  */
 #include "verbs/sv_test_util.h"
 
@@ -110,10 +111,84 @@ static void test_read_after_tiny_writes_sees_them(void **state)
 	}
 }
 
+/* A post list of WRITEs of 1 to 16 bytes, each at the start of its own 16 bytes of a
+ * zeroed buffer: each lands exactly (a burst's records carry their own lengths). */
+static void test_tiny_writes_of_every_length(void **state)
+{
+	struct pair *p = *state;
+	struct ibv_send_wr wr[16], *bad;
+	struct ibv_sge sge[16];
+	unsigned char *src = (unsigned char *)p->src_buf, *dst = (unsigned char *)p->dst_buf;
+	struct ibv_wc wc;
+
+	memset(p->dst_buf, 0, sizeof(p->dst_buf));
+	for (int i = 0; i < 16; i++) {
+		/* WRITE i: i + 1 bytes of value 0x40 + i, at 16 * i. */
+		memset(src + 16 * i, 0x40 + i, 16);
+		sge[i] = (struct ibv_sge){ .addr = (uintptr_t)(src + 16 * i),
+					   .length = (uint32_t)i + 1, .lkey = p->src->lkey };
+		wr[i] = (struct ibv_send_wr){
+			.wr_id = (uint64_t)i, .next = i < 15 ? &wr[i + 1] : NULL, .sg_list = &sge[i],
+			.num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+			.send_flags = i == 15 ? IBV_SEND_SIGNALED : 0,
+			.wr.rdma = { .remote_addr = (uintptr_t)(dst + 16 * i), .rkey = p->dst->rkey },
+		};
+	}
+	assert_int_equal(ibv_post_send(p->a, wr, &bad), 0);
+	assert_int_equal(tu_poll(p->a->send_cq, 1, &wc, 5000), 1);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.wr_id, 15);
+	for (int i = 0; i < 16; i++)
+		for (int k = 0; k < 16; k++)
+			if (dst[16 * i + k] != (k <= i ? 0x40 + i : 0))
+				fail_msg("byte %d of WRITE %d's place is 0x%02x", k, i, dst[16 * i + k]);
+}
+
+/* A bad rkey in the middle of a post list of tiny WRITEs: those before it land and
+ * complete, it fails with REM_ACCESS_ERR, the rest are flushed and land nowhere. */
+static void test_tiny_writes_with_a_bad_rkey_midway(void **state)
+{
+	struct pair *p = *state;
+	struct ibv_send_wr wr[N_WRITES], *bad;
+	struct ibv_sge sge[N_WRITES];
+	struct ibv_wc wc[N_WRITES];
+
+	memset(p->dst_buf, 0, sizeof(p->dst_buf));
+	for (int i = 0; i < N_WRITES; i++) {
+		p->src_buf[i] = 0x1000 + (uint64_t)i;
+		sge[i] = (struct ibv_sge){ .addr = (uintptr_t)&p->src_buf[i], .length = 8,
+					   .lkey = p->src->lkey };
+		wr[i] = (struct ibv_send_wr){
+			.wr_id = (uint64_t)i, .next = i + 1 < N_WRITES ? &wr[i + 1] : NULL,
+			.sg_list = &sge[i], .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+			.send_flags = IBV_SEND_SIGNALED,
+			.wr.rdma = { .remote_addr = (uintptr_t)&p->dst_buf[i],
+				     .rkey = i == 10 ? p->dst->rkey ^ 0x5a00 : p->dst->rkey },
+		};
+	}
+	assert_int_equal(ibv_post_send(p->a, wr, &bad), 0);
+	assert_int_equal(tu_poll(p->a->send_cq, N_WRITES, wc, 5000), N_WRITES);
+	for (int i = 0; i < N_WRITES; i++) {
+		enum ibv_wc_status want = i < 10 ? IBV_WC_SUCCESS :
+					  i == 10 ? IBV_WC_REM_ACCESS_ERR : IBV_WC_WR_FLUSH_ERR;
+
+		if (wc[i].wr_id != (uint64_t)i || wc[i].status != want)
+			fail_msg("completion %d: wr_id %llu status %s, expected %s", i,
+				 (unsigned long long)wc[i].wr_id, ibv_wc_status_str(wc[i].status),
+				 ibv_wc_status_str(want));
+		if (p->dst_buf[i] != (i < 10 ? p->src_buf[i] : 0))
+			fail_msg("WRITE %d left %#llx at its place", i,
+				 (unsigned long long)p->dst_buf[i]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_read_after_tiny_writes_sees_them, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_tiny_writes_of_every_length, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tiny_writes_with_a_bad_rkey_midway, setup,
 						teardown),
 	};
 
