@@ -40,23 +40,19 @@
 #define BUF_LEN (1u << 20)
 #define N_SRQ 2
 
-/* ---- helpers ------------------------------------------------------------------------- */
+/* ---- helpers (data patterns: sv_test_peer.h) ---------------------------------------- */
 
 static void fill(unsigned char *p, size_t len, unsigned int seed)
 {
-	for (size_t i = 0; i < len; i++)
-		p[i] = (unsigned char)(seed * 31u + i * 7u + 1u);
+	tp_fill(p, len, seed, 0);
 }
 
 static void check_fill(const unsigned char *p, size_t len, unsigned int seed, const char *what)
 {
-	for (size_t i = 0; i < len; i++)
-		if (p[i] != (unsigned char)(seed * 31u + i * 7u + 1u))
-			fail_msg("%s: byte %zu is 0x%02x, expected 0x%02x", what, i, p[i],
-				 (unsigned char)(seed * 31u + i * 7u + 1u));
+	tp_assert_pattern(p, len, seed, 0, what);
 }
 
-/* One completion from @cq within WAIT_MS with @wr_id and @st. */
+/* One completion from @cq within WAIT_MS with @wr_id and @st (@what names it). */
 static void expect_wc(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status st,
 		      struct ibv_wc *out, const char *what)
 {
