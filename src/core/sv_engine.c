@@ -9,7 +9,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -304,6 +306,28 @@ static int recv_with_fds(int fd, void *buf, size_t len, int *fds, int n_fds)
 	return 0;
 }
 
+/* A regular file (memfd) of at least @len bytes: accesses below @len cannot fault. */
+static bool fd_holds(int fd, size_t len)
+{
+	struct stat st;
+
+	return !fstat(fd, &st) && S_ISREG(st.st_mode) && (uint64_t)st.st_size >= len;
+}
+
+/* An eventfd: writing 8 bytes to it never blocks (a pipe could). */
+static bool fd_is_eventfd(int fd)
+{
+	char path[64], link[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0)
+		return false;
+	link[n] = 0;
+	return !strcmp(link, "anon_inode:[eventfd]");
+}
+
 int sv_engine_connect(struct sv_qp *qp, uint32_t dest_qpn, struct sv_peer **out)
 {
 	struct attach_req req = {
@@ -339,12 +363,19 @@ int sv_engine_connect(struct sv_qp *qp, uint32_t dest_qpn, struct sv_peer **out)
 		err = rep.status ? rep.status : -EPROTO;
 		goto err_fds;
 	}
+	/* The other process may be anyone's: map only what has the size we access. */
+	if (rep.seg_len != SHM_QP_SEG_SIZE || !fd_holds(fds[0], SHM_QP_SEG_SIZE) ||
+	    !fd_holds(fds[1], SV_MR_TABLE_BYTES) || !fd_is_eventfd(fds[2])) {
+		sv_dbg("qp %u: attach answer for qp %u has the wrong shape", req.src_qpn, dest_qpn);
+		err = -EPROTO;
+		goto err_fds;
+	}
 	peer = calloc(1, sizeof(*peer));
 	if (!peer) {
 		err = -ENOMEM;
 		goto err_fds;
 	}
-	peer->seg = mmap(NULL, rep.seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+	peer->seg = mmap(NULL, SHM_QP_SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
 	peer->mrs = mmap(NULL, SV_MR_TABLE_BYTES, PROT_READ, MAP_SHARED | MAP_NORESERVE, fds[1], 0);
 	if (peer->seg == MAP_FAILED || peer->mrs == MAP_FAILED) {
 		err = -ENOMEM;

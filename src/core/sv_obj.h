@@ -227,6 +227,7 @@ struct sv_qp {
 	struct sv_rx_dst rx_dst;      /* where the request at the head lands */
 	uint32_t ack_due, ack_sent;   /* the last msn handled / acknowledged */
 	atomic_bool rnr_held;         /* the message at the head waits for a receive */
+	atomic_bool rx_poisoned;      /* the peer broke the fifo's format: read no more (to RESET) */
 	uint32_t rnr_told;            /* msn whose RNR NAK was sent */
 	bool rx_active;               /* a SEND in pieces is being received into rx_recv */
 	struct sv_recv rx_recv;

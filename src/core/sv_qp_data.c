@@ -20,7 +20,7 @@
 
 int sv_qp_data_init(struct sv_qp *qp)
 {
-	qp->seg_len = SHM_QP_PAGE_SIZE + shm_fifo_bytes(SV_FIFO_SLOTS);
+	qp->seg_len = SHM_QP_SEG_SIZE;
 	qp->seg_fd = memfd_create("softverbs-qp", MFD_CLOEXEC);
 	if (qp->seg_fd < 0)
 		return -errno;
@@ -31,7 +31,7 @@ int sv_qp_data_init(struct sv_qp *qp)
 		goto err;
 	qp->page = qp->seg;
 	qp->rx = (struct shm_fifo *)((char *)qp->seg + SHM_QP_PAGE_SIZE);
-	shm_fifo_init(qp->rx, SV_FIFO_SLOTS);
+	shm_fifo_init(qp->rx);
 	/* Born armed: the progress thread may be asleep with every fifo it knew armed, and a
 	 * producer in this very process attaches without a socket that would wake it. The
 	 * first message wakes it once; it then counts this QP among its own. */
@@ -209,10 +209,15 @@ static void rx_discard(struct sv_qp *qp)
 
 	while (atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
 		sched_yield();
-	while ((s = shm_fifo_peek(qp->rx, &pos)))
-		shm_fifo_release(qp->rx, ((struct shm_msg *)s->hdr)->nslots);
+	/* Bounded: a peer that keeps publishing does not hold us here. */
+	for (uint32_t i = 0; i < 2 * SHM_FIFO_SLOTS && (s = shm_fifo_peek(qp->rx, &pos)); i++) {
+		uint32_t n = sv_msg_slots((const struct shm_msg *)s->hdr);
+
+		shm_fifo_release(qp->rx, n ? n : 1);
+	}
 	qp->ack_due = qp->ack_sent = 0;
 	sv_set_hint(qp->rnr_held, false);
+	sv_set_hint(qp->rx_poisoned, false);
 	qp->rnr_told = 0;
 	qp->rx_active = false;
 	qp->resp_off = 0;
@@ -355,8 +360,8 @@ void sv_qp_recv_posted(struct sv_qp *qp)
 
 bool sv_qp_arm(struct sv_qp *qp)
 {
-	if (sv_hint(qp->rnr_held) || !qp->seg)
-		return true; /* what waits there needs a receive, not us */
+	if (sv_hint(qp->rnr_held) || sv_hint(qp->rx_poisoned) || !qp->seg)
+		return true; /* what waits there needs a receive (or a RESET), not us */
 	return shm_fifo_arm(qp->rx);
 }
 

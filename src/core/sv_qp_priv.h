@@ -17,7 +17,6 @@
 #include "core/sv_qp_table.h"
 
 enum {
-	SV_FIFO_SLOTS = 2048,      /* 128 KiB of inbound fifo per QP */
 	SV_INLINE_MAX = 32768,     /* larger SENDs: pulled by the responder (docs/performance.md) */
 	SV_CHUNK = 8192,           /* bounce copy: bytes per message */
 	SV_UD_GRH = 40,
@@ -73,6 +72,13 @@ static inline void sv_qp_fail(struct sv_qp *qp, int ev)
 	int none = -1;
 
 	atomic_compare_exchange_strong(&qp->err_event, &none, ev);
+}
+
+/* The slots the message @m heads, or 0 if the peer wrote a count no message has (a
+ * protocol violation: the QP fails rather than consume what follows as messages). */
+static inline uint32_t sv_msg_slots(const struct shm_msg *m)
+{
+	return m->nslots >= 1 && m->nslots <= SHM_FIFO_SLOTS ? m->nslots : 0;
 }
 
 static inline void sv_wqe_done(struct sv_send_wqe *w, enum ibv_wc_status status)

@@ -490,12 +490,21 @@ int sv_resp_rx(struct sv_qp *qp)
 	uint64_t pos;
 	int n = 0;
 
-	if (atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
+	if (sv_hint(qp->rx_poisoned) ||
+	    atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
 		return 0;
 	while (n < SV_RX_BUDGET && (s = shm_fifo_peek(qp->rx, &pos))) {
 		struct shm_msg m;
 
 		memcpy(&m, s->hdr, sizeof(m));
+		if (!sv_msg_slots(&m)) {
+			/* Nothing after it can be found: the fifo is closed until RESET. */
+			sv_dbg("qp %u: a message of %u slots from the peer: protocol error",
+			       qp->ibv.qp_base.qp_num, m.nslots);
+			sv_set_hint(qp->rx_poisoned, true);
+			sv_qp_fail(qp, IBV_EVENT_QP_FATAL);
+			break;
+		}
 		if (rx_one(qp, &m, pos) == RX_HOLD)
 			break;
 		shm_fifo_release(qp->rx, m.nslots);

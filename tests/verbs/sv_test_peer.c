@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -376,6 +377,103 @@ static bool agent_has_qp(const struct tp_ep *ep, int qp, struct tp_rep *rep)
 	return true;
 }
 
+/*
+ * The wire layout the rogue agent writes into (src/wire/shm/shm_msg.h, shm_fifo.h): a
+ * segment is a 4096-byte page (magic, pid, QP number first) and then the fifo: tail,
+ * head, armed and size on cache lines of their own, then 2048 slots of 64 bytes, each a
+ * sequence word and a message header whose first bytes are op, flags and a 16-bit slot
+ * count.
+ */
+enum {
+	SEG_MAGIC = 0x53565150, SEG_PAGE = 4096, FIFO_HEAD = 64, FIFO_SIZE = 132,
+	FIFO_SLOTS = 192, SLOT = 64, N_SLOTS = 2048,
+};
+
+static bool safe_read(void *dst, const void *src, size_t len)
+{
+	struct iovec l = { dst, len }, r = { (void *)src, len };
+
+	return process_vm_readv(getpid(), &l, 1, &r, 1, 0) == (ssize_t)len;
+}
+
+static unsigned char *find_segment(uint32_t qpn)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	unsigned char *found = NULL;
+	char line[512];
+
+	if (!f)
+		return NULL;
+	while (!found && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		uint32_t w[3];
+
+		if (!strstr(line, "softverbs-qp") || sscanf(line, "%lx-%lx", &lo, &hi) != 2 ||
+		    hi - lo < SEG_PAGE + FIFO_SLOTS + (unsigned long)N_SLOTS * SLOT ||
+		    !strstr(line, "rw"))
+			continue;
+		/* The agent's progress thread may be unmapping a segment whose QP went away:
+		 * read with process_vm_readv, which fails where a plain read would fault. */
+		if (!safe_read(w, (void *)lo, sizeof(w)))
+			continue;
+		if (w[0] == SEG_MAGIC && (pid_t)w[1] == getppid() && w[2] == qpn)
+			found = (unsigned char *)lo;
+	}
+	fclose(f);
+	return found;
+}
+
+static bool safe_write(void *dst, const void *src, size_t len)
+{
+	struct iovec l = { (void *)src, len }, r = { dst, len };
+
+	return process_vm_writev(getpid(), &l, 1, &r, 1, 0) == (ssize_t)len;
+}
+
+/* Every access goes through safe_read/safe_write: once the parent's QP fails, our
+ * progress thread unmaps its segment, maybe in the middle of this. */
+static int agent_scribble(uint32_t qpn, int how, uint32_t rounds, uint32_t seed)
+{
+	unsigned char *fifo, *seg = find_segment(qpn);
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1, head;
+
+	if (!seg)
+		return -1;
+	fifo = seg + SEG_PAGE;
+	if (!safe_read(&head, fifo + FIFO_HEAD, sizeof(head)))
+		return 0;
+	if (how == TP_SCRIBBLE_EMPTY || rounds > N_SLOTS - 1)
+		rounds = how == TP_SCRIBBLE_EMPTY ? 1 : N_SLOTS - 1; /* one lap, no overwriting */
+	for (uint32_t i = 0; i < rounds; i++) {
+		unsigned char *slot = fifo + FIFO_SLOTS + (head + i) % N_SLOTS * SLOT;
+		unsigned char hdr[SLOT - 8] = { 1 }; /* EMPTY: a SEND of 0 slots */
+		uint64_t seq = head + i + 1;
+
+		if (how == TP_SCRIBBLE_GARBAGE) {
+			for (size_t k = 0; k < sizeof(hdr); k++) {
+				x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+				hdr[k] = (unsigned char)x;
+			}
+			/* Mostly a real opcode and a plausible slot count, so that the
+			 * garbage gets past the first check into every handler. */
+			if (x % 8) {
+				uint16_t n = (uint16_t)(1 + (x >> 8) % 4);
+
+				hdr[0] = (unsigned char)(1 + (x >> 16) % 12);
+				memcpy(hdr + 2, &n, sizeof(n));
+			}
+			/* The ring's own fields: its size, and now and then its tail. */
+			if (i % 64 == 63 && (!safe_write(fifo + FIFO_SIZE, &x, 4) ||
+					     (i % 256 == 255 && !safe_write(fifo, &x, 8))))
+				return 0;
+		}
+		/* The header, then its sequence word (a separate call: written after it). */
+		if (!safe_write(slot + 8, hdr, sizeof(hdr)) || !safe_write(slot, &seq, sizeof(seq)))
+			return 0;
+	}
+	return 0;
+}
+
 static void agent_faa_burst(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *rep)
 {
 	uint32_t n = (uint32_t)q->n, window = (uint32_t)q->e, posted = 0, done = 0;
@@ -526,6 +624,10 @@ static void agent_do(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *re
 		memset(&sa, 0, sizeof(sa));
 		rep->rc = ibv_query_srq(ep->srq, &sa);
 		rep->v = sa.srq_limit;
+		break;
+	case TP_SCRIBBLE:
+		rep->rc = agent_scribble((uint32_t)q->qp, (int)(q->a & 0xff), (uint32_t)(q->a >> 8),
+					 (uint32_t)q->b);
 		break;
 	case TP_DEREG_MR:
 		rep->rc = ibv_dereg_mr(ep->mr);
@@ -1001,6 +1103,11 @@ uint32_t tp_srq_limit(struct tp_peer *p)
 int tp_dereg_mr(struct tp_peer *p, bool unmap)
 {
 	return simple(p, TP_DEREG_MR, 0, unmap, 0);
+}
+
+int tp_scribble(struct tp_peer *p, uint32_t qpn, int how, uint32_t rounds, uint32_t seed)
+{
+	return simple(p, TP_SCRIBBLE, (int)qpn, (uint64_t)how | (uint64_t)rounds << 8, seed);
 }
 
 int tp_destroy_qp(struct tp_peer *p, int qp)

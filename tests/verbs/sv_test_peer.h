@@ -256,6 +256,18 @@ bool tp_answer_ready(struct tp_peer *p);
 /* ...and its rc (fails the test after @timeout_ms). */
 int tp_answer(struct tp_peer *p, int timeout_ms);
 
+/*
+ * The agent turns rogue: it finds, among the QP segments it has mapped, the one of its
+ * parent's QP number @qpn (the wire layout of src/wire/shm: a page, then the inbound
+ * fifo) and writes into its fifo what no softverbs peer writes. @how: TP_SCRIBBLE_EMPTY
+ * publishes one header that claims 0 slots; TP_SCRIBBLE_GARBAGE publishes up to @rounds
+ * (one lap of the ring at most) headers of random bytes (seed @seed), most with a real
+ * opcode and a small slot count, and overwrites the ring's size field and, now and
+ * then, its tail with random values. Returns 0, or -1 if no such segment is mapped.
+ */
+enum { TP_SCRIBBLE_EMPTY = 1, TP_SCRIBBLE_GARBAGE = 2 };
+int tp_scribble(struct tp_peer *p, uint32_t qpn, int how, uint32_t rounds, uint32_t seed);
+
 /* ---- the usual shape: one QP here, one in an agent, connected ----------------------- */
 
 struct tp_pair {
@@ -307,6 +319,7 @@ enum tp_op {
 	TP_DESTROY_QP,
 	TP_MODIFY_STATE,
 	TP_FAA_BURST,
+	TP_SCRIBBLE,
 	TP_EXIT,
 };
 

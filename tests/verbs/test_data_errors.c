@@ -19,6 +19,8 @@
  * - RC to a QP number nobody has: IBV_WC_RETRY_EXC_ERR.
  * - An MR deregistered (and unmapped) by its owner while the peer writes to it: the
  *   writes that come after fail with IBV_WC_REM_ACCESS_ERR; neither process crashes.
+ * - A rogue peer writing garbage into our QP's fifo: a 0-slot message is a protocol
+ *   error (IBV_EVENT_QP_FATAL); random messages and ring fields crash nothing.
  */
 #include "verbs/sv_test_peer.h"
 
@@ -550,6 +552,50 @@ static void test_atomic_on_deregistered_mr(void **state)
 	tp_pair_stop(x);
 }
 
+/*
+ * A peer that writes into our QP's fifo what no softverbs peer writes (every peer maps
+ * it; with the bounce copy it may be another user's process): a header claiming 0 slots
+ * fails the QP with IBV_EVENT_QP_FATAL; thousands of random headers, and random values
+ * in the ring's own fields (its size, head, tail), do not crash the process, and a new
+ * pair then moves data as before.
+ */
+static void test_rogue_peer_writes_garbage_into_our_fifo(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	struct ibv_async_event ev;
+	struct ibv_wc wc;
+	struct tp_wr w;
+
+	assert_int_equal(tp_scribble(&x->peer, x->li.qpn, TP_SCRIBBLE_EMPTY, 1, 0), 0);
+	/* The rogue rings no doorbell: our poll is what looks at the fifo. */
+	(void)tu_poll(x->ep.scq, 1, &wc, 50);
+	if (!tp_wait_async(x->ep.res->ctx, IBV_EVENT_QP_FATAL, 2000, &ev))
+		fail_msg("no IBV_EVENT_QP_FATAL within 2 s of a 0-slot message");
+	assert_ptr_equal(ev.element.qp, x->ep.qp[x->lq]);
+	tp_expect_eq(tu_query_state(x->ep.qp[x->lq]), IBV_QPS_ERR, "state", "after QP_FATAL");
+
+	for (uint32_t seed = 1; seed <= 6; seed++) { /* TP_MAX_QPS: 8 in all */
+		renew(x, TP_QP_ACCESS_ALL);
+		/* Receives for the random SENDs to land in (or be too small for). */
+		for (int i = 0; i < 8; i++)
+			assert_int_equal(tp_ep_post_recv(&x->ep, x->lq, 100 + (uint64_t)i,
+							 &(struct tp_sge){ 4096 * (uint64_t)i, 64 },
+							 1), 0);
+		assert_int_equal(tp_scribble(&x->peer, x->li.qpn, TP_SCRIBBLE_GARBAGE, 2047, seed),
+				 0);
+		/* Our polls move the QP through whatever it was given. */
+		for (int i = 0; i < 16; i++)
+			(void)tu_poll(x->ep.rcq, 1, &wc, 5);
+		(void)tu_poll(x->ep.scq, 1, &wc, 20);
+	}
+	renew(x, TP_QP_ACCESS_ALL);
+	tp_fill(x->ep.buf, 4096, 77, 0);
+	w = wr_to(x, 5, IBV_WR_RDMA_WRITE, 0, 4096, 8192);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 5, IBV_WC_SUCCESS, W, NULL);
+	tp_check_peer(&x->peer, 8192, 4096, 77, 0, "a WRITE after the garbage");
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -562,6 +608,7 @@ int main(int argc, char **argv)
 		T(test_error_flushes_everything_outstanding),
 		T(test_nothing_executes_after_a_failed_write),
 		T(test_peer_killed),
+		T(test_rogue_peer_writes_garbage_into_our_fifo),
 		T(test_peer_destroys_its_qp),
 		T(test_rc_to_nonexistent_qpn),
 		T(test_mr_deregistered_while_peer_writes),

@@ -3,13 +3,13 @@
 #include <errno.h>
 #include <string.h>
 
-void shm_fifo_init(struct shm_fifo *f, uint32_t nslots)
+void shm_fifo_init(struct shm_fifo *f)
 {
 	atomic_init(&f->tail, 0);
 	atomic_init(&f->head, 0);
 	atomic_init(&f->armed, 0);
-	f->nslots = nslots;
-	for (uint32_t i = 0; i < nslots; i++)
+	f->nslots = SHM_FIFO_SLOTS;
+	for (uint32_t i = 0; i < SHM_FIFO_SLOTS; i++)
 		atomic_init(&f->slots[i].seq, 0);
 }
 
@@ -17,13 +17,13 @@ int shm_fifo_reserve(struct shm_fifo *f, uint32_t n, uint64_t *cached_head, uint
 {
 	uint64_t t = atomic_load_explicit(&f->tail, memory_order_relaxed);
 
-	if (n > f->nslots)
+	if (n > SHM_FIFO_SLOTS)
 		return -EINVAL;
 	for (;;) {
-		if (t + n - *cached_head > f->nslots) {
+		if (t + n - *cached_head > SHM_FIFO_SLOTS) {
 			/* Acquire pairs with the consumer's release: its reads of the slots are done. */
 			*cached_head = atomic_load_explicit(&f->head, memory_order_acquire);
-			if (t + n - *cached_head > f->nslots)
+			if (t + n - *cached_head > SHM_FIFO_SLOTS)
 				return -EAGAIN;
 		}
 		/* Relaxed is enough: the slots are ordered by publish/peek, not by tail. */
@@ -44,9 +44,10 @@ static unsigned char *payload_at(struct shm_fifo *f, uint64_t pos, uint32_t off)
 /* Bytes from @off to the end of the ring's memory (the payload wraps there). */
 static uint32_t contiguous(struct shm_fifo *f, uint64_t pos, uint32_t off)
 {
-	uint64_t slot = (pos + 1 + off / SHM_SLOT_SIZE) & (f->nslots - 1);
+	uint64_t slot = (pos + 1 + off / SHM_SLOT_SIZE) & (SHM_FIFO_SLOTS - 1);
 
-	return (uint32_t)((f->nslots - slot) * SHM_SLOT_SIZE - off % SHM_SLOT_SIZE);
+	(void)f;
+	return (uint32_t)((SHM_FIFO_SLOTS - slot) * SHM_SLOT_SIZE - off % SHM_SLOT_SIZE);
 }
 
 void shm_fifo_put(struct shm_fifo *f, uint64_t pos, uint32_t off, const void *src, uint32_t len)

@@ -14,6 +14,11 @@
  * Wakeups: a consumer about to sleep sets `armed`; a producer that finds it set after
  * publishing clears it and signals the consumer's eventfd. A busy consumer never arms,
  * so producing makes no system call (UCX's FIFO works the same way).
+ *
+ * Trust: the other side may be another user's process (the bounce copy exists for
+ * that) and can write anything into the ring. Every ring has SHM_FIFO_SLOTS slots and
+ * positions are masked with that constant, never with the `nslots` field in shared
+ * memory, so no value the peer writes makes an access leave the ring.
  */
 #ifndef SHM_FIFO_H
 #define SHM_FIFO_H
@@ -26,6 +31,7 @@
 
 #define SHM_SLOT_SIZE 64
 #define SHM_HDR_SIZE (SHM_SLOT_SIZE - 8)
+#define SHM_FIFO_SLOTS 2048u /* every ring: 128 KiB (a power of two) */
 
 struct shm_slot {
 	_Atomic uint64_t seq; /* position + 1 once published; 0 when free */
@@ -37,7 +43,7 @@ struct shm_fifo {
 	_Alignas(64) _Atomic uint64_t tail; /* next position to reserve (producers) */
 	_Alignas(64) _Atomic uint64_t head; /* next position to consume (consumer) */
 	_Alignas(64) _Atomic uint32_t armed; /* the consumer sleeps: wake it */
-	uint32_t nslots;                     /* a power of two */
+	uint32_t nslots;                     /* SHM_FIFO_SLOTS: informative, never trusted */
 	_Alignas(64) struct shm_slot slots[];
 };
 
@@ -45,10 +51,7 @@ static_assert(sizeof(struct shm_slot) == SHM_SLOT_SIZE, "a slot is one cache lin
 static_assert(offsetof(struct shm_fifo, head) == 64, "indices on separate lines");
 static_assert(offsetof(struct shm_fifo, slots) == 192, "fixed layout");
 
-static inline size_t shm_fifo_bytes(uint32_t nslots)
-{
-	return sizeof(struct shm_fifo) + (size_t)nslots * SHM_SLOT_SIZE;
-}
+#define SHM_FIFO_BYTES (sizeof(struct shm_fifo) + (size_t)SHM_FIFO_SLOTS * SHM_SLOT_SIZE)
 
 /* Slots needed for a message with @payload bytes after its header. */
 static inline uint32_t shm_fifo_slots_for(uint32_t payload)
@@ -56,7 +59,7 @@ static inline uint32_t shm_fifo_slots_for(uint32_t payload)
 	return 1 + (payload + SHM_SLOT_SIZE - 1) / SHM_SLOT_SIZE;
 }
 
-void shm_fifo_init(struct shm_fifo *f, uint32_t nslots);
+void shm_fifo_init(struct shm_fifo *f);
 
 /* --- producer ---------------------------------------------------------------------------- */
 
@@ -68,7 +71,7 @@ int shm_fifo_reserve(struct shm_fifo *f, uint32_t n, uint64_t *cached_head, uint
 
 static inline struct shm_slot *shm_fifo_slot(struct shm_fifo *f, uint64_t pos)
 {
-	return &f->slots[pos & (f->nslots - 1)];
+	return &f->slots[pos & (SHM_FIFO_SLOTS - 1)];
 }
 
 /* Copies payload bytes into the slots after the header slot at @pos. */

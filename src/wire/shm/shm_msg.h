@@ -115,4 +115,7 @@ struct shm_qp_page {
 #define SHM_QP_PAGE_SIZE 4096
 static_assert(sizeof(struct shm_qp_page) <= SHM_QP_PAGE_SIZE, "one page");
 
+/* A QP's segment: its page, then its inbound fifo. Peers map exactly this much. */
+#define SHM_QP_SEG_SIZE (SHM_QP_PAGE_SIZE + SHM_FIFO_BYTES)
+
 #endif
