@@ -759,7 +759,7 @@ static void *progress_main(void *arg)
 
 	(void)arg;
 	for (;;) {
-		bool timed, armed = false;
+		bool timed;
 		uint64_t polls, now;
 		int timeout;
 
@@ -798,11 +798,9 @@ static void *progress_main(void *arg)
 			pass_all(PASS_DISARM, &timed);
 			continue;
 		}
-		armed = true;
 		timeout = busy || timed ? 1 : -1;
 		serve_sockets(timeout);
-		if (armed)
-			pass_all(PASS_DISARM, &timed);
+		pass_all(PASS_DISARM, &timed);
 		last_sockets = sv_engine_now_ns();
 	}
 	return NULL;
