@@ -103,6 +103,7 @@ void sv_qp_data_publish(struct sv_qp *qp)
 	atomic_store(&p->qkey, qp->attr.qkey);
 	atomic_store(&p->min_rnr_timer, qp->attr.min_rnr_timer);
 	atomic_store(&p->dest_qpn, qp->attr.dest_qp_num);
+	atomic_store(&p->pkey, sv_qp_pkey(qp));
 	atomic_store(&p->state, qp->attr.qp_state);
 }
 

@@ -74,6 +74,26 @@ static inline void sv_qp_fail(struct sv_qp *qp, int ev)
 	atomic_compare_exchange_strong(&qp->err_event, &none, ev);
 }
 
+/* The P_Key a QP's pkey_index names in its context's table (0 before INIT). */
+static inline uint32_t sv_qp_pkey(struct sv_qp *qp)
+{
+	const struct sv_host *h = &sv_qp_ctx(qp)->host;
+
+	if (qp->attr.qp_state == IBV_QPS_RESET || qp->attr.pkey_index >= h->n_pkeys)
+		return 0;
+	return h->pkeys[qp->attr.pkey_index];
+}
+
+/*
+ * IBA 10.9.3: two P_Keys match when their low 15 bits are equal (and not 0) and at least
+ * one is a full member (bit 15). A packet whose P_Key does not match the receiving QP's
+ * is dropped, silently.
+ */
+static inline bool sv_pkey_match(uint32_t a, uint32_t b)
+{
+	return (a & 0x7fff) && (a & 0x7fff) == (b & 0x7fff) && ((a | b) & 0x8000);
+}
+
 /* The slots the message @m heads, or 0 if the peer wrote a count no message has (a
  * protocol violation: the QP fails rather than consume what follows as messages). */
 static inline uint32_t sv_msg_slots(const struct shm_msg *m)

@@ -67,6 +67,13 @@ static bool peer_ready(const struct sv_peer *peer)
 	return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
 }
 
+/* IBA 10.9.3: would @peer's QP accept our packets? (It drops the others, silently.) */
+static bool partition_ok(const struct sv_qp *qp, const struct sv_peer *peer)
+{
+	return sv_pkey_match(atomic_load_explicit(&qp->page->pkey, memory_order_relaxed),
+			     atomic_load_explicit(&peer->page->pkey, memory_order_relaxed));
+}
+
 /* The responder's checks, done by the requester on the peer's published page and keys. */
 static enum ibv_wc_status remote_range(const struct sv_peer *peer, uint32_t rkey, uint64_t addr,
 				       uint64_t len, uint32_t need, uint64_t *va)
@@ -557,7 +564,7 @@ static enum tx_result tx_mcast(struct sv_qp *qp, struct sv_send_wqe *w)
 
 		if (!peer && !unreachable)
 			return TX_BLOCKED; /* attaching (sv_qp_tx_connect) */
-		if (peer) {
+		if (peer && partition_ok(qp, peer)) {
 			if (tx_send(qp, peer, w, false) == TX_BLOCKED)
 				return TX_BLOCKED;
 			if (w->status != IBV_WC_SUCCESS) {
@@ -616,8 +623,9 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 		    sv_gid_is_multicast(&w->ud.dgid))
 			return tx_mcast(qp, w);
 		peer = ud_dest(qp, w->ud.remote_qpn, &unreachable);
-		if (unreachable) {
-			/* UD is unreliable: a datagram to nobody is simply lost. */
+		if (unreachable || (peer && !partition_ok(qp, peer))) {
+			/* UD is unreliable: a datagram to nobody, or to another partition, is
+			 * simply lost. */
 			sv_wqe_done(w, IBV_WC_SUCCESS);
 			return TX_DONE;
 		}
@@ -648,6 +656,12 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 	}
 	if (!peer_ready(peer))
 		return TX_BLOCKED; /* a NIC would retransmit until the peer reaches RTR */
+	if (!partition_ok(qp, peer)) {
+		/* The responder drops every packet (IBA 10.9.3): RC's retries run out, UC's
+		 * message is lost. A NIC would retry for timeout x retry_cnt first. */
+		sv_wqe_done(w, sv_qp_type_reliable(type) ? IBV_WC_RETRY_EXC_ERR : IBV_WC_SUCCESS);
+		return TX_DONE;
+	}
 	switch (w->opcode) {
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
@@ -768,7 +782,7 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 	ssize_t done;
 
 	/* RC and UC: UD has no connection, XRC writes go through the responder (tx_rdma). */
-	if (!peer || !peer->cma || !peer_ready(peer) ||
+	if (!peer || !peer->cma || !peer_ready(peer) || !partition_ok(qp, peer) ||
 	    (qp->ibv.qp_base.qp_type != IBV_QPT_RC && qp->ibv.qp_base.qp_type != IBV_QPT_UC))
 		return 0;
 	for (uint32_t i = qp->sq_next; i != qp->sq.head && n < SV_BATCH; i++) {

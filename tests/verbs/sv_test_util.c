@@ -160,7 +160,8 @@ void tu_conn_init(struct tu_conn *c, const struct tu_res *res, uint32_t dest_qpn
 
 int tu_qp_to_init(struct ibv_qp *qp, const struct tu_conn *c)
 {
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1 };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = c->pkey_index,
+				 .port_num = 1 };
 	int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
 
 	if (qp->qp_type == IBV_QPT_UD) {

@@ -58,7 +58,8 @@ void tu_fill_ah(const struct tu_res *res, struct ibv_ah_attr *ah);
 /*
  * What tu_qp_to_init/_rtr/_rts give a QP; each sets the attributes its transition
  * requires for the QP's type (IBA 10.3.1), and only those:
- *   RESET -> INIT  PKEY_INDEX 0, PORT 1, and QKEY (UD) or ACCESS_FLAGS (the others);
+ *   RESET -> INIT  PKEY_INDEX (0 unless set), PORT 1, and QKEY (UD) or ACCESS_FLAGS
+ *                  (the others);
  *   INIT -> RTR    connected types: AV, PATH_MTU, DEST_QPN, RQ_PSN; RC and XRC_RECV also
  *                  MAX_DEST_RD_ATOMIC and MIN_RNR_TIMER; UD: nothing;
  *   RTR -> RTS     SQ_PSN; RC and XRC_SEND also TIMEOUT, RETRY_CNT, RNR_RETRY,
@@ -73,6 +74,7 @@ struct tu_conn {
 	/* RC's qp_access_flags. UC carries neither RDMA Read nor atomics, and a QP has no
 	 * use for LOCAL_WRITE: a UC QP gets only the IBV_ACCESS_REMOTE_WRITE bit. */
 	int access;
+	uint16_t pkey_index; /* RESET -> INIT (0 from tu_conn_init) */
 	uint8_t max_rd_atomic, max_dest_rd_atomic, min_rnr_timer; /* RC */
 	uint8_t timeout, retry_cnt, rnr_retry;                    /* RC */
 };

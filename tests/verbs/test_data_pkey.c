@@ -1,0 +1,184 @@
+/*
+ * Partitions between two processes (IBA 10.9.3): a packet reaches a QP only if its P_Key
+ * matches the QP's — equal low 15 bits, and at least one of the two a full member. What
+ * does not match is dropped silently: RC's retries run out (IBV_WC_RETRY_EXC_ERR) and
+ * nothing lands; a UD datagram is lost (the sender's completion is a success).
+ *
+ * The program runs with the P_Key table 0xffff (full member of the default partition),
+ * 0x7fff (limited member of it), 0x8001 (full member of partition 1): it sets
+ * SOFTVERBS_PKEYS and runs itself again if the variable is not set, and its agent
+ * inherits it. Each QP picks its P_Key by pkey_index at RESET -> INIT.
+ */
+#include "verbs/sv_test_peer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BUF_LEN 65536
+#define W TP_WAIT_MS
+#define QKEY 0x11111111u
+#define GRH 40
+
+static const char pkeys[] = "0xffff,0x7fff,0x8001";
+enum { FULL = 0, LIMITED = 1, PART1 = 2 }; /* indices into that table */
+
+static const struct tp_qp_opts rc_opts = { .type = IBV_QPT_RC };
+static const struct tp_qp_opts ud_opts = { .type = IBV_QPT_UD };
+
+/* Our QP with P_Key index @ours, the agent's with @theirs, connected. */
+static struct tp_pair *pair_in(void **state, const struct tp_qp_opts *o, uint16_t ours,
+			       uint16_t theirs)
+{
+	struct tp_pair *x = *state;
+
+	tp_pair_open(x, BUF_LEN, o, NULL);
+	x->lc.pkey_index = ours;
+	x->pc.pkey_index = theirs;
+	tp_pair_connect(x);
+	return x;
+}
+
+/* A SEND (received, if @lands, byte for byte) and an RDMA WRITE from us to the agent. */
+static void rc_traffic(struct tp_pair *x, bool lands)
+{
+	struct tp_wr w = tp_wr1(1, IBV_WR_SEND, 0, 512);
+	enum ibv_wc_status st = lands ? IBV_WC_SUCCESS : IBV_WC_RETRY_EXC_ERR;
+	struct ibv_wc wc;
+
+	assert_int_equal(tp_post_recv(&x->peer, x->pq, 7, &(struct tp_sge){ 0, 4096 }, 1), 0);
+	tp_fill(x->ep.buf, 512, 21, 0);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 1, st, W, NULL);
+	if (!lands) {
+		/* Nothing arrived. */
+		assert_int_equal(tp_poll(&x->peer, false, 1, 100, &wc), 0);
+		return;
+	}
+	tp_expect_peer_wc(&x->peer, false, 7, IBV_WC_SUCCESS, NULL);
+	tp_check_peer(&x->peer, 0, 512, 21, 0, "SEND within the partition");
+	tp_fill(x->ep.buf + 8192, 3000, 22, 0);
+	w = tp_wr1(2, IBV_WR_RDMA_WRITE, 8192, 3000);
+	w.remote_addr = x->pi.addr + 16384;
+	w.rkey = x->pi.rkey;
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 2, IBV_WC_SUCCESS, W, NULL);
+	tp_check_peer(&x->peer, 16384, 3000, 22, 0, "RDMA WRITE within the partition");
+}
+
+static void test_table_is_the_configured_one(void **state)
+{
+	struct tp_pair *x = *state;
+	static const uint16_t want[] = { 0xffff, 0x7fff, 0x8001, 0 };
+	struct tu_res *res = tu_res_open();
+
+	(void)x;
+	assert_non_null(res);
+	for (int i = 0; i < 4; i++) {
+		__be16 p;
+
+		assert_int_equal(ibv_query_pkey(res->ctx, 1, i, &p), 0);
+		assert_int_equal(be16toh(p), want[i]);
+	}
+	assert_int_equal(tu_res_close(res), 0);
+}
+
+static void test_rc_full_members_of_one_partition_talk(void **state)
+{
+	struct tp_pair *x = pair_in(state, &rc_opts, FULL, FULL);
+
+	rc_traffic(x, true);
+	tp_pair_stop(x);
+}
+
+static void test_rc_limited_and_full_member_talk(void **state)
+{
+	struct tp_pair *x = pair_in(state, &rc_opts, LIMITED, FULL);
+
+	rc_traffic(x, true);
+	tp_pair_stop(x);
+}
+
+static void test_rc_two_limited_members_do_not(void **state)
+{
+	struct tp_pair *x = pair_in(state, &rc_opts, LIMITED, LIMITED);
+
+	rc_traffic(x, false);
+	tp_pair_stop(x);
+}
+
+static void test_rc_across_partitions_fails_and_writes_nothing(void **state)
+{
+	struct tp_pair *x = pair_in(state, &rc_opts, PART1, FULL);
+	struct tp_wr w = tp_wr1(3, IBV_WR_RDMA_WRITE, 0, 4096);
+	unsigned char zero[64] = { 0 }, got[64];
+
+	tp_fill(x->ep.buf, 4096, 23, 0);
+	w.remote_addr = x->pi.addr;
+	w.rkey = x->pi.rkey;
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 3, IBV_WC_RETRY_EXC_ERR, W, NULL);
+	tp_peek(&x->peer, 0, got, sizeof(got));
+	assert_memory_equal(got, zero, sizeof(got));
+	tp_pair_stop(x);
+}
+
+/* UD: a datagram to another partition is lost; within the partition it arrives. */
+static void test_ud_across_partitions_is_dropped(void **state)
+{
+	struct tp_pair *x = pair_in(state, &ud_opts, PART1, FULL);
+	struct tp_wr w = tp_wr1(4, IBV_WR_SEND, 0, 100);
+	struct tp_qp_opts again = ud_opts;
+	struct ibv_wc wc;
+	int q;
+
+	w.ah.is_global = 1;
+	w.ah.grh.dgid = x->pi.gid;
+	w.ah.grh.hop_limit = 64;
+	w.ah.dlid = x->pi.lid;
+	w.ah.port_num = 1;
+	w.remote_qpn = x->pi.qpn;
+	w.remote_qkey = QKEY;
+	assert_int_equal(tp_post_recv(&x->peer, x->pq, 8, &(struct tp_sge){ 0, 4096 }, 1), 0);
+	tp_fill(x->ep.buf, 100, 24, 0);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 4, IBV_WC_SUCCESS, W, NULL);
+	assert_int_equal(tp_poll(&x->peer, false, 1, 100, &wc), 0);
+
+	/* A second QP of ours in the agent's partition reaches the same receive. */
+	q = tp_ep_create_qp(&x->ep, &again);
+	x->lc.pkey_index = FULL;
+	assert_int_equal(tu_qp_connect(x->ep.qp[q], &x->lc, IBV_QPS_RTS), 0);
+	w.wr_id = 5;
+	assert_int_equal(tp_ep_post_send(&x->ep, q, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 5, IBV_WC_SUCCESS, W, NULL);
+	tp_expect_peer_wc(&x->peer, false, 8, IBV_WC_SUCCESS, NULL);
+	tp_check_peer(&x->peer, GRH, 100, 24, 0, "datagram within the partition");
+	tp_pair_stop(x);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, tp_pair_setup, tp_pair_teardown)
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_table_is_the_configured_one),
+		T(test_rc_full_members_of_one_partition_talk),
+		T(test_rc_limited_and_full_member_talk),
+		T(test_rc_two_limited_members_do_not),
+		T(test_rc_across_partitions_fails_and_writes_nothing),
+		T(test_ud_across_partitions_is_dropped),
+	};
+	const char *set = getenv("SOFTVERBS_PKEYS");
+
+	/* The library reads the table when it loads: set it, then start again. */
+	if (!set || strcmp(set, pkeys)) {
+		setenv("SOFTVERBS_PKEYS", pkeys, 1);
+		execv("/proc/self/exe", argv);
+		perror("execv /proc/self/exe");
+		return 1;
+	}
+	tp_main(argc, argv);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
