@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
+#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -710,6 +711,17 @@ void tp_main(int argc, char **argv)
 		return;
 	}
 	agent_sock = atoi(argv[2]);
+	/* SV_TEST_AGENT_UID: the agent runs as that user (the parent is root), as a peer of
+	 * another user would. Changing credentials clears the parent-death signal. */
+	if (getenv("SV_TEST_AGENT_UID")) {
+		uid_t u = (uid_t)atoi(getenv("SV_TEST_AGENT_UID"));
+
+		if (setgroups(0, NULL) || setgid(u) || setuid(u)) {
+			perror("tp-agent: dropping to SV_TEST_AGENT_UID");
+			exit(1);
+		}
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+	}
 	exit(cmocka_run_group_tests_name("tp-agent", agent, NULL, NULL) ? 1 : 0);
 }
 

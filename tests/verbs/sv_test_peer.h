@@ -176,7 +176,8 @@ void tp_main(int argc, char **argv);
  */
 bool tp_fresh(const char *test_name, int timeout_ms);
 
-/* Starts an agent. Fails the test if it cannot. */
+/* Starts an agent (as user SV_TEST_AGENT_UID if that is set and we are root). Fails the
+ * test if it cannot. */
 void tp_start(struct tp_peer *p);
 /* The same with another role: runs this program again as `argv0 flag FD`, FD being the
  * child's end of the socketpair in p->sock (the program's main() dispatches on flag). */

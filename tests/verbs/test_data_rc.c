@@ -644,6 +644,83 @@ static uint64_t peer_u64(struct tp_pair *x, uint64_t off)
 	return v;
 }
 
+/*
+ * A peer of another user: process_vm_* is refused from its side (it may not reach a
+ * root process), allowed from ours. Each side picks its copy by probing, so the traffic
+ * mixes both paths: SEND, RDMA WRITE, READ and an atomic each way, bytes checked.
+ */
+static void test_peer_of_another_user(void **state)
+{
+	struct tp_pair *x = *state;
+	struct tp_wr w;
+	uint64_t v, one = 1;
+
+	if (getuid() != 0) {
+		print_message("skipped: needs root to run the peer as another user\n");
+		skip();
+	}
+	setenv("SV_TEST_AGENT_UID", "65534", 1);
+	tp_pair_open(x, BUF_LEN, &rc_opts, NULL);
+	unsetenv("SV_TEST_AGENT_UID");
+	tp_pair_connect(x);
+	/* Ours to theirs: SEND, WRITE, READ back, fetch-and-add. */
+	tp_fill(x->ep.buf, 20000, 301, 0);
+	assert_int_equal(tp_post_recv(&x->peer, x->pq, 1, &(struct tp_sge){ 0, 20000 }, 1), 0);
+	w = tp_wr1(1, IBV_WR_SEND, 0, 20000);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 1, IBV_WC_SUCCESS, W, NULL);
+	tp_expect_peer_wc(&x->peer, false, 1, IBV_WC_SUCCESS, NULL);
+	tp_check_peer(&x->peer, 0, 20000, 301, 0, "SEND to a peer of another user");
+	tp_fill(x->ep.buf + 32768, 30000, 302, 0);
+	w = tp_wr1(2, IBV_WR_RDMA_WRITE, 32768, 30000);
+	w.remote_addr = x->pi.addr + 65536;
+	w.rkey = x->pi.rkey;
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 2, IBV_WC_SUCCESS, W, NULL);
+	tp_check_peer(&x->peer, 65536, 30000, 302, 0, "RDMA WRITE to a peer of another user");
+	w = tp_wr1(3, IBV_WR_RDMA_READ, 131072, 30000);
+	w.remote_addr = x->pi.addr + 65536;
+	w.rkey = x->pi.rkey;
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 3, IBV_WC_SUCCESS, W, NULL);
+	tp_assert_pattern(x->ep.buf + 131072, 30000, 302, 0, "RDMA READ from a peer of another user");
+	v = atomic1(x, IBV_WR_ATOMIC_FETCH_AND_ADD, 0x40000, 5, 0, "fetch-and-add, other user");
+	tp_expect_eq((long long)v, 0, "original value", "fetch-and-add, other user");
+	tp_expect_eq((long long)peer_u64(x, 0x40000), 5, "target", "fetch-and-add, other user");
+	/* Theirs to ours (the bounce copy): SEND, WRITE, READ, fetch-and-add. */
+	tp_fill_peer(&x->peer, 196608, 20000, 303, 0);
+	assert_int_equal(tp_ep_post_recv(&x->ep, x->lq, 4, &(struct tp_sge){ 196608, 20000 }, 1),
+			 0);
+	w = tp_wr1(4, IBV_WR_SEND, 196608, 20000);
+	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
+	tp_expect_peer_wc(&x->peer, true, 4, IBV_WC_SUCCESS, NULL);
+	tp_expect_wc(x->ep.rcq, 4, IBV_WC_SUCCESS, W, NULL);
+	tp_assert_pattern(x->ep.buf + 196608, 20000, 303, 0, "SEND from a peer of another user");
+	tp_fill_peer(&x->peer, 262144, 30000, 304, 0);
+	w = tp_wr1(5, IBV_WR_RDMA_WRITE, 262144, 30000);
+	w.remote_addr = x->li.addr + 327680;
+	w.rkey = x->li.rkey;
+	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
+	tp_expect_peer_wc(&x->peer, true, 5, IBV_WC_SUCCESS, NULL);
+	tp_assert_pattern(x->ep.buf + 327680, 30000, 304, 0, "RDMA WRITE from a peer of another user");
+	w = tp_wr1(6, IBV_WR_RDMA_READ, 393216, 30000);
+	w.remote_addr = x->li.addr + 327680;
+	w.rkey = x->li.rkey;
+	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
+	tp_expect_peer_wc(&x->peer, true, 6, IBV_WC_SUCCESS, NULL);
+	tp_check_peer(&x->peer, 393216, 30000, 304, 0, "RDMA READ by a peer of another user");
+	memcpy(x->ep.buf + 0x50000, &one, 8);
+	w = tp_wr1(7, IBV_WR_ATOMIC_FETCH_AND_ADD, 0x8000, 8);
+	w.remote_addr = x->li.addr + 0x50000;
+	w.rkey = x->li.rkey;
+	w.compare_add = 41;
+	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
+	tp_expect_peer_wc(&x->peer, true, 7, IBV_WC_SUCCESS, NULL);
+	memcpy(&v, x->ep.buf + 0x50000, 8);
+	tp_expect_eq((long long)v, 42, "target", "fetch-and-add from a peer of another user");
+	tp_pair_stop(x);
+}
+
 static void test_atomic_values(void **state)
 {
 	struct tp_pair *x = rc_pair(state);
@@ -1178,6 +1255,7 @@ int main(int argc, char **argv)
 		T(test_unsignaled_then_signaled),
 		T(test_sq_sig_all),
 		T(test_atomic_values),
+		T(test_peer_of_another_user),
 		cmocka_unit_test_setup_teardown(test_atomics_from_two_processes_lose_nothing,
 						faa_setup, faa_teardown),
 		T(test_fence_orders_after_read_and_atomic),
