@@ -316,8 +316,8 @@ static bool fd_holds(int fd, size_t len)
 /*
  * A wake-up descriptor we may write 8 bytes to without blocking or being killed: an
  * anonymous inode (eventfd; no file type, unlike a pipe or a socket, whose closed far
- * end would raise SIGPIPE) opened non-blocking. fstat and fcntl only: /proc/self/fd may
- * not be readable by a process that changed its user.
+ * end would raise SIGPIPE) opened non-blocking. fstat and fcntl only: a sandbox may not
+ * mount /proc.
  */
 static bool fd_is_eventfd(int fd)
 {
