@@ -360,6 +360,12 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 		return EOPNOTSUPP;
 	qp = to_svqp(ibqp);
 	pthread_mutex_lock(&qp->lock);
+	/* An error the data path raised and nobody settled yet happened before this call:
+	 * a move to RESET forgets it, anything else sees the QP in Error first. */
+	if ((attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET)
+		atomic_store(&qp->err_event, -1);
+	else
+		sv_qp_settle_locked(qp);
 	cur = qp->attr.qp_state;
 	if ((attr_mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur)
 		err = EINVAL;

@@ -289,19 +289,13 @@ void sv_qp_data_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state
 	}
 }
 
-void sv_qp_settle(struct sv_qp *qp)
+void sv_qp_settle_locked(struct sv_qp *qp)
 {
 	int ev = atomic_exchange(&qp->err_event, -1);
-	enum ibv_qp_state cur;
+	enum ibv_qp_state cur = qp->attr.qp_state;
 
 	if (ev < 0)
 		return;
-	/* Never wait for the lock: its holder may be waiting for our progress thread. */
-	if (pthread_mutex_trylock(&qp->lock)) {
-		sv_qp_fail(qp, ev);
-		return;
-	}
-	cur = qp->attr.qp_state;
 	if (ev == SV_ERR_TO_SQE) {
 		/* Only the send queue stops; receives go on. SQE -> RTS recovers. */
 		if (cur == IBV_QPS_RTS || cur == IBV_QPS_SQD) {
@@ -310,7 +304,6 @@ void sv_qp_settle(struct sv_qp *qp)
 			sv_qp_flush_sq_locked(qp);
 			pthread_spin_unlock(&qp->sq.lock);
 		}
-		pthread_mutex_unlock(&qp->lock);
 		return;
 	}
 	if (cur != IBV_QPS_ERR && cur != IBV_QPS_RESET) {
@@ -320,6 +313,20 @@ void sv_qp_settle(struct sv_qp *qp)
 			sv_async_raise(sv_qp_ctx(qp), (enum ibv_event_type)ev, &qp->ibv.qp_base);
 		sv_dbg("qp %u %s -> ERR (event %d)", qp->ibv.qp_base.qp_num, sv_qp_state_name[cur], ev);
 	}
+}
+
+void sv_qp_settle(struct sv_qp *qp)
+{
+	if (atomic_load_explicit(&qp->err_event, memory_order_relaxed) < 0)
+		return;
+	/*
+	 * Never wait for the lock: its holder may be waiting for our progress thread. The
+	 * error stays pending until a later pass, or the holder (ibv_modify_qp settles it
+	 * first, or drops it on a move to RESET) — never re-raised after that holder.
+	 */
+	if (pthread_mutex_trylock(&qp->lock))
+		return;
+	sv_qp_settle_locked(qp);
 	pthread_mutex_unlock(&qp->lock);
 }
 

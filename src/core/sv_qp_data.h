@@ -30,8 +30,11 @@ void sv_qp_recv_posted(struct sv_qp *qp);
 
 /* Moves the QP's work (rx, blocked tx, timers). Returns how much was done. */
 int sv_qp_progress(struct sv_qp *qp);
-/* Enters ERR if the data path asked for it (call with no QP lock held). */
+/* Enters ERR if the data path asked for it (call with no QP lock held; if qp->lock is
+ * busy the error stays pending for a later call). */
 void sv_qp_settle(struct sv_qp *qp);
+/* The same, with qp->lock held. */
+void sv_qp_settle_locked(struct sv_qp *qp);
 /* err_event value for an error that completions report, with no async event. */
 #define SV_ERR_NO_EVENT 0x7fff
 /* err_event value for a UC/UD send error: the QP goes to SQE, not ERR. */
