@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/sv_engine.h"
 #include "verbs.h"
 
 #undef ibv_query_port
@@ -74,6 +75,8 @@ int sv_verbs_query_port(struct ibv_context *context, uint8_t port, struct ibv_po
 	if (port != SV_PORT_NUM)
 		return EINVAL;
 	sv_port_attr(&to_svctx(context)->host, &full);
+	full.bad_pkey_cntr = sv_engine_bad_pkeys();
+	full.qkey_viol_cntr = atomic_load(&sv_engine_qkey_violations);
 	memcpy(attr, &full, attr_len < sizeof(full) ? attr_len : sizeof(full));
 	return 0;
 }

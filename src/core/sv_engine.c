@@ -25,6 +25,8 @@
 
 _Atomic uint64_t sv_engine_polls;
 _Atomic uint32_t sv_engine_look = 1;
+_Atomic uint32_t sv_engine_qkey_violations;
+static _Atomic uint32_t bad_pkeys_gone; /* counted on QPs destroyed since */
 
 enum link_kind { LINK_LISTEN, LINK_ACCEPTED, LINK_CONNECTED, LINK_WAKE };
 
@@ -197,11 +199,23 @@ int sv_engine_add_qp(struct sv_qp *qp, uint32_t *qpn)
 	return err;
 }
 
+uint32_t sv_engine_bad_pkeys(void)
+{
+	uint32_t n = atomic_load(&bad_pkeys_gone);
+
+	pthread_mutex_lock(&eng.lock);
+	for (int i = 0; i < eng.n_qps; i++)
+		n += atomic_load_explicit(&eng.qps[i]->page->bad_pkey, memory_order_relaxed);
+	pthread_mutex_unlock(&eng.lock);
+	return n;
+}
+
 void sv_engine_remove_qp(struct sv_qp *qp)
 {
 	uint32_t qpn = qp->ibv.qp_base.qp_num;
 
 	pthread_mutex_lock(&eng.lock);
+	atomic_fetch_add(&bad_pkeys_gone, atomic_load(&qp->page->bad_pkey));
 	for (int i = 0; i < eng.n_qps; i++) {
 		if (eng.qps[i] == qp) {
 			eng.qps[i] = eng.qps[--eng.n_qps];

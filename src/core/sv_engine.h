@@ -63,6 +63,12 @@ void sv_engine_kick(void);
  * a busy poller that always finds completions is still busy). */
 extern _Atomic uint64_t sv_engine_polls;
 
+/* The port's violation counters (ibv_query_port): packets dropped for a P_Key that did
+ * not match one of this process's QPs (counted by their senders on the QP's page), and
+ * UD datagrams dropped for a wrong Q_Key. */
+uint32_t sv_engine_bad_pkeys(void);
+extern _Atomic uint32_t sv_engine_qkey_violations;
+
 /* A QP of this process by number, pinned (drop with sv_engine_unpin_qp), or NULL. */
 struct sv_qp *sv_engine_pin_qp(uint32_t qpn);
 void sv_engine_unpin_qp(struct sv_qp *qp);

@@ -67,11 +67,20 @@ static bool peer_ready(const struct sv_peer *peer)
 	return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
 }
 
-/* IBA 10.9.3: would @peer's QP accept our packets? (It drops the others, silently.) */
-static bool partition_ok(const struct sv_qp *qp, const struct sv_peer *peer)
+/* IBA 10.9.3: would @peer's QP accept our packets? It drops the others, silently, and
+ * counts them (its port's bad_pkey_cntr): we count for it, on its page. */
+static bool pkeys_match(const struct sv_qp *qp, const struct sv_peer *peer)
 {
 	return sv_pkey_match(atomic_load_explicit(&qp->page->pkey, memory_order_relaxed),
 			     atomic_load_explicit(&peer->page->pkey, memory_order_relaxed));
+}
+
+static bool partition_ok(const struct sv_qp *qp, const struct sv_peer *peer)
+{
+	if (pkeys_match(qp, peer))
+		return true;
+	atomic_fetch_add_explicit(&peer->page->bad_pkey, 1, memory_order_relaxed);
+	return false;
 }
 
 /* The responder's checks, done by the requester on the peer's published page and keys. */
@@ -782,7 +791,7 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 	ssize_t done;
 
 	/* RC and UC: UD has no connection, XRC writes go through the responder (tx_rdma). */
-	if (!peer || !peer->cma || !peer_ready(peer) || !partition_ok(qp, peer) ||
+	if (!peer || !peer->cma || !peer_ready(peer) || !pkeys_match(qp, peer) ||
 	    (qp->ibv.qp_base.qp_type != IBV_QPT_RC && qp->ibv.qp_base.qp_type != IBV_QPT_UC))
 		return 0;
 	for (uint32_t i = qp->sq_next; i != qp->sq.head && n < SV_BATCH; i++) {

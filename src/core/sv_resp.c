@@ -156,8 +156,12 @@ static enum rx_result rx_send(struct sv_qp *qp, const struct shm_msg *m, uint64_
 	int n_iov, k;
 
 	if (m->flags & SHM_F_FIRST) {
-		if (type == IBV_QPT_UD && m->aux != atomic_load_explicit(&qp->page->qkey, memory_order_relaxed))
-			return RX_CONSUMED; /* IBA 10.2.4: a Q_Key mismatch drops the datagram */
+		if (type == IBV_QPT_UD &&
+		    m->aux != atomic_load_explicit(&qp->page->qkey, memory_order_relaxed)) {
+			/* IBA 10.2.4: a Q_Key mismatch drops the datagram (and is counted). */
+			atomic_fetch_add_explicit(&sv_engine_qkey_violations, 1, memory_order_relaxed);
+			return RX_CONSUMED;
+		}
 		if (!take_recv(qp, &qp->rx_recv))
 			return sv_qp_type_reliable(type) ? rnr(qp, m) : RX_CONSUMED; /* UC, UD: dropped */
 		sv_set_hint(qp->rnr_held, false);

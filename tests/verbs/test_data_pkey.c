@@ -7,7 +7,8 @@
  * The program runs with the P_Key table 0xffff (full member of the default partition),
  * 0x7fff (limited member of it), 0x8001 (full member of partition 1): it sets
  * SOFTVERBS_PKEYS and runs itself again if the variable is not set, and its agent
- * inherits it. Each QP picks its P_Key by pkey_index at RESET -> INIT.
+ * inherits it. Each QP picks its P_Key by pkey_index at RESET -> INIT. The receiving
+ * port counts what it drops: bad_pkey_cntr and qkey_viol_cntr (ibv_query_port).
  */
 #include "verbs/sv_test_peer.h"
 
@@ -108,11 +109,31 @@ static void test_rc_two_limited_members_do_not(void **state)
 	tp_pair_stop(x);
 }
 
+static uint32_t port_counter(struct tp_pair *x, bool qkey)
+{
+	struct ibv_port_attr pa;
+
+	assert_int_equal(ibv_query_port(x->ep.res->ctx, 1, &pa), 0);
+	return qkey ? pa.qkey_viol_cntr : pa.bad_pkey_cntr;
+}
+
+/* Across partitions, both ways: nothing is placed, RC fails; the receiving port counts
+ * each dropped message in bad_pkey_cntr. */
 static void test_rc_across_partitions_fails_and_writes_nothing(void **state)
 {
 	struct tp_pair *x = pair_in(state, &rc_opts, PART1, FULL);
 	struct tp_wr w = tp_wr1(3, IBV_WR_RDMA_WRITE, 0, 4096);
 	unsigned char zero[64] = { 0 }, got[64];
+	uint32_t before = port_counter(x, false);
+
+	/* Theirs to ours first (ours is still in RTS): our port counts it. */
+	w.wr_id = 9;
+	w.remote_addr = x->li.addr;
+	w.rkey = x->li.rkey;
+	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
+	tp_expect_peer_wc(&x->peer, true, 9, IBV_WC_RETRY_EXC_ERR, NULL);
+	tp_expect_eq(port_counter(x, false), before + 1, "bad_pkey_cntr", "a WRITE from PART1");
+	w.wr_id = 3;
 
 	tp_fill(x->ep.buf, 4096, 23, 0);
 	w.remote_addr = x->pi.addr;
@@ -121,6 +142,31 @@ static void test_rc_across_partitions_fails_and_writes_nothing(void **state)
 	tp_expect_wc(x->ep.scq, 3, IBV_WC_RETRY_EXC_ERR, W, NULL);
 	tp_peek(&x->peer, 0, got, sizeof(got));
 	assert_memory_equal(got, zero, sizeof(got));
+	tp_pair_stop(x);
+}
+
+/* A datagram with the wrong Q_Key is dropped and counted in qkey_viol_cntr. */
+static void test_wrong_qkey_is_counted(void **state)
+{
+	struct tp_pair *x = pair_in(state, &ud_opts, FULL, FULL);
+	struct tp_wr w = tp_wr1(6, IBV_WR_SEND, 0, 10);
+	uint32_t before = port_counter(x, true);
+	struct ibv_wc wc;
+
+	/* The agent sends to us with a Q_Key that is not ours. */
+	w.ah.is_global = 1;
+	w.ah.grh.dgid = x->li.gid;
+	w.ah.grh.hop_limit = 64;
+	w.ah.dlid = x->li.lid;
+	w.ah.port_num = 1;
+	w.remote_qpn = x->li.qpn;
+	w.remote_qkey = QKEY + 1;
+	assert_int_equal(tp_ep_post_recv(&x->ep, x->lq, 10, &(struct tp_sge){ 0, 4096 }, 1), 0);
+	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
+	tp_expect_peer_wc(&x->peer, true, 6, IBV_WC_SUCCESS, NULL);
+	/* Our polls move our QP: the datagram is dropped, nothing completes. */
+	assert_int_equal(tu_poll(x->ep.rcq, 1, &wc, 100), 0);
+	tp_expect_eq(port_counter(x, true), before + 1, "qkey_viol_cntr", "a wrong Q_Key");
 	tp_pair_stop(x);
 }
 
@@ -169,6 +215,7 @@ int main(int argc, char **argv)
 		T(test_rc_two_limited_members_do_not),
 		T(test_rc_across_partitions_fails_and_writes_nothing),
 		T(test_ud_across_partitions_is_dropped),
+		T(test_wrong_qkey_is_counted),
 	};
 	const char *set = getenv("SOFTVERBS_PKEYS");
 

@@ -108,6 +108,7 @@ struct shm_qp_page {
 	_Atomic uint32_t dest_qpn;
 	_Atomic uint32_t min_rnr_timer; /* what an RNR NAK from this QP asks the requester to wait */
 	_Atomic uint32_t pkey;   /* the P_Key its pkey_index names (0: none yet) */
+	_Atomic uint32_t bad_pkey; /* senders count here what its P_Key made them drop */
 	/* Written by the requester: it gave up on this msn after RNR retries (0: none). What
 	 * it sent from there on was never accepted (a NIC would have NAKed it) and is dropped. */
 	_Atomic uint32_t rnr_abandon;
