@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -229,14 +230,36 @@ static enum rx_result refuse(struct sv_qp *qp, const struct shm_msg *m, enum ibv
 	return RX_CONSUMED;
 }
 
-/* The responder's checks of an RDMA access to our memory (IBA 9.7.5.1.3 / C9-*). */
+/*
+ * Whether the pages of [va, va + len) are still mapped: their owner may have unmapped
+ * memory it registered, and an on-demand MR may cover memory never mapped. Copying
+ * there would fault where a NIC reports a remote access error. One system call for the
+ * whole range (msync validates it; MS_ASYNC does nothing else to anonymous memory).
+ */
+static bool still_mapped(uint64_t va, uint64_t len)
+{
+	static uint64_t page;
+	uint64_t lo, hi;
+
+	if (!len)
+		return true;
+	if (!page)
+		page = (uint64_t)sysconf(_SC_PAGESIZE);
+	lo = va & ~(page - 1);
+	hi = (va + len + page - 1) & ~(page - 1);
+	return !msync((void *)(uintptr_t)lo, hi - lo, MS_ASYNC);
+}
+
+/* The responder's checks of an RDMA access to our memory (IBA 9.7.5.1.3 / C9-*), and
+ * that the memory is there for us to copy (what a NIC's page walk would find). */
 static bool rdma_allowed(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len,
 			 uint32_t need, uint64_t *va)
 {
 	if (!(atomic_load_explicit(&qp->page->access, memory_order_relaxed) & need))
 		return false;
 	return sv_mr_check(qp->rx_dst.ctx->mrs->slots, rkey, qp->rx_dst.pd, need, addr, len, va) ==
-	       SV_ACCESS_OK;
+		       SV_ACCESS_OK &&
+	       still_mapped(*va, len);
 }
 
 /* Bounce copy: a piece of an RDMA WRITE, placed by us. */
@@ -276,12 +299,14 @@ static enum rx_result rx_write(struct sv_qp *qp, const struct shm_msg *m, uint64
 static enum rx_result rx_writes(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 {
 	uint32_t n = m->aux, first = m->msn - (n - 1);
+	uint64_t ok_lo = 1, ok_hi = 0; /* a range known to be mapped (bursts hit few pages) */
 
 	if ((uint64_t)n * sizeof(struct shm_write_rec) > m->len)
 		return refuse(qp, m, IBV_WC_REM_INV_REQ_ERR); /* malformed */
 	for (; qp->resp_off < n; qp->resp_off++) {
 		struct shm_write_rec r;
 		uint64_t va;
+		bool ok;
 
 		shm_fifo_get(qp->rx, pos, (uint32_t)qp->resp_off * (uint32_t)sizeof(r), &r,
 			     sizeof(r));
@@ -289,7 +314,16 @@ static enum rx_result rx_writes(struct sv_qp *qp, const struct shm_msg *m, uint6
 			r.len = SHM_TINY;
 		if (!r.len)
 			continue; /* IBA 9.4.x: a zero-length WRITE checks no key */
-		if (!rdma_allowed(qp, r.rkey, r.addr, r.len, IBV_ACCESS_REMOTE_WRITE, &va)) {
+		ok = (atomic_load_explicit(&qp->page->access, memory_order_relaxed) &
+		      IBV_ACCESS_REMOTE_WRITE) &&
+		     sv_mr_check(qp->rx_dst.ctx->mrs->slots, r.rkey, qp->rx_dst.pd,
+				 IBV_ACCESS_REMOTE_WRITE, r.addr, r.len, &va) == SV_ACCESS_OK;
+		if (ok && (va < ok_lo || va + r.len > ok_hi)) {
+			ok = still_mapped(va, r.len);
+			ok_lo = va & ~(uint64_t)4095;
+			ok_hi = ok ? (va + r.len + 4095) & ~(uint64_t)4095 : 0;
+		}
+		if (!ok) {
 			struct shm_msg bad = *m;
 
 			if (!sv_qp_type_reliable(qp->ibv.qp_base.qp_type))

@@ -19,6 +19,8 @@
  * - RC to a QP number nobody has: IBV_WC_RETRY_EXC_ERR.
  * - An MR deregistered (and unmapped) by its owner while the peer writes to it: the
  *   writes that come after fail with IBV_WC_REM_ACCESS_ERR; neither process crashes.
+ * - Memory registered and then unmapped by its owner: WRITEs (a tiny burst, a large one)
+ *   and READs there fail with IBV_WC_REM_ACCESS_ERR; nothing crashes.
  * - A rogue peer writing garbage into our QP's fifo: a 0-slot message is a protocol
  *   error (IBV_EVENT_QP_FATAL); random messages and ring fields crash nothing.
  */
@@ -28,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define BUF_LEN (1u << 20)
 #define W TP_WAIT_MS
@@ -481,6 +484,74 @@ static void test_rc_to_nonexistent_qpn(void **state)
 
 /* ---- an MR that goes away ----------------------------------------------------------------- */
 
+/* @n WRITEs of 8 bytes from the agent to (@addr + 8 i, @rkey), one post list: at least
+ * 8 of them travel as one burst that our library places. The last is signaled. */
+static void agent_tiny_writes(struct tp_pair *x, uint64_t id, uint64_t addr, uint32_t rkey,
+			      int n)
+{
+	struct tp_wr w[8];
+
+	for (int i = 0; i < n; i++) {
+		w[i] = tp_wr1(id + (uint64_t)i, IBV_WR_RDMA_WRITE, 8 * (uint32_t)i, 8);
+		w[i].send_flags = i == n - 1 ? IBV_SEND_SIGNALED : 0;
+		w[i].remote_addr = addr + 8 * (uint64_t)i;
+		w[i].rkey = rkey;
+	}
+	assert_int_equal(tp_post_send(&x->peer, x->pq, w, n, NULL), 0);
+}
+
+/*
+ * Memory we registered and then unmapped (without deregistering: a misuse, but a NIC
+ * would only fail the access): the agent's WRITEs there — a burst of tiny ones our
+ * library places, or one large one — and READs fail with IBV_WC_REM_ACCESS_ERR, and we
+ * do not crash; the still-mapped page of the same MR takes writes.
+ */
+static void test_registered_memory_unmapped_by_its_owner(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	unsigned char *mem = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *mr;
+	struct tp_wr w;
+	uint64_t hole;
+
+	assert_true(mem != MAP_FAILED);
+	mr = ibv_reg_mr(x->ep.res->pd, mem, 3 * 4096,
+			IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	assert_non_null(mr);
+	assert_int_equal(munmap(mem + 4096, 4096), 0);
+	hole = (uintptr_t)mem + 4096;
+
+	tp_fill_peer(&x->peer, 0, 64, 61, 0);
+	agent_tiny_writes(x, 100, (uintptr_t)mem, mr->rkey, 8);
+	tp_expect_peer_wc(&x->peer, true, 107, IBV_WC_SUCCESS, NULL);
+	tp_assert_pattern(mem, 64, 61, 0, "tiny WRITEs into the mapped page");
+
+	agent_tiny_writes(x, 200, hole, mr->rkey, 8);
+	tp_expect_peer_wc(&x->peer, true, 200, IBV_WC_REM_ACCESS_ERR, NULL);
+	for (uint64_t id = 201; id < 208; id++) /* the rest of the list, flushed */
+		tp_expect_peer_wc(&x->peer, true, id, IBV_WC_WR_FLUSH_ERR, NULL);
+
+	renew(x, TP_QP_ACCESS_ALL);
+	w = tp_wr1(300, IBV_WR_RDMA_WRITE, 0, 4096);
+	w.remote_addr = hole;
+	w.rkey = mr->rkey;
+	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
+	tp_expect_peer_wc(&x->peer, true, 300, IBV_WC_REM_ACCESS_ERR, NULL);
+
+	renew(x, TP_QP_ACCESS_ALL);
+	w = tp_wr1(400, IBV_WR_RDMA_READ, 0, 100);
+	w.remote_addr = hole + 8;
+	w.rkey = mr->rkey;
+	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
+	tp_expect_peer_wc(&x->peer, true, 400, IBV_WC_REM_ACCESS_ERR, NULL);
+
+	assert_int_equal(ibv_dereg_mr(mr), 0);
+	munmap(mem, 4096);
+	munmap(mem + 2 * 4096, 4096);
+	tp_pair_stop(x);
+}
+
 /* The agent deregisters its MR and unmaps the buffer while we keep writing to it: the
  * writes before complete, those after fail with IBV_WC_REM_ACCESS_ERR; both live on. */
 static void test_mr_deregistered_while_peer_writes(void **state)
@@ -612,6 +683,7 @@ int main(int argc, char **argv)
 		T(test_peer_destroys_its_qp),
 		T(test_rc_to_nonexistent_qpn),
 		T(test_mr_deregistered_while_peer_writes),
+		T(test_registered_memory_unmapped_by_its_owner),
 		T(test_atomic_on_deregistered_mr),
 #undef T
 	};
