@@ -521,6 +521,16 @@ static void test_registered_memory_unmapped_by_its_owner(void **state)
 	assert_non_null(mr);
 	assert_int_equal(munmap(mem + 4096, 4096), 0);
 	hole = (uintptr_t)mem + 4096;
+#if defined(__SANITIZE_THREAD__)
+	/* Under ThreadSanitizer something in the process maps memory into the hole before
+	 * the agent's WRITEs come (msync found it mapped again): what lands there is then
+	 * a write to that mapping, as it would be with an on-demand MR on a NIC. */
+	print_message("skipped under ThreadSanitizer: the unmapped page does not stay unmapped\n");
+	assert_int_equal(ibv_dereg_mr(mr), 0);
+	munmap(mem, 3 * 4096);
+	tp_pair_stop(x);
+	skip();
+#endif
 
 	tp_fill_peer(&x->peer, 0, 64, 61, 0);
 	agent_tiny_writes(x, 100, (uintptr_t)mem, mr->rkey, 8);
