@@ -358,6 +358,12 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 	 * (IBV_QP_RATE_LIMIT is for raw packet QPs, which softverbs does not offer). */
 	if (attr_mask & ~((IBV_QP_DEST_QPN << 1) - 1))
 		return EOPNOTSUPP;
+	/* uverbs drops what an XRC end has no use for before the table sees the mask
+	 * (modify_qp_mask): an initiator has no responder, a target no requester. */
+	if (ibqp->qp_type == IBV_QPT_XRC_SEND)
+		attr_mask &= ~(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	else if (ibqp->qp_type == IBV_QPT_XRC_RECV)
+		attr_mask &= ~(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY);
 	qp = to_svqp(ibqp);
 	pthread_mutex_lock(&qp->lock);
 	/* An error the data path raised and nobody settled yet happened before this call:

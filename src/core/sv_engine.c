@@ -670,11 +670,17 @@ static int pin_some(struct sv_qp **out, int start, int *total)
 
 enum pass { PASS_WORK, PASS_WORK_UNPOLLED, PASS_ARM, PASS_ARM_UNPOLLED, PASS_DISARM };
 
-/* Whether a poller moved @qp since the look before @look (a relaxed read is enough: a
- * stale one arms a QP needlessly, or leaves it for the next look, 1 ms on). */
+/*
+ * Whether a poller moved @qp since the look before @look, and can be left to do so: not
+ * if the QP has lately placed one-sided operations of its peer (a WRITE through the
+ * fifo, a READ or an atomic answered here), which the application does not wait for —
+ * it may be spinning on the very memory they write. A relaxed read is enough: a stale
+ * one arms a QP needlessly, or leaves it for the next look, 1 ms on.
+ */
 static bool polled_since(struct sv_qp *qp, uint32_t look)
 {
-	return look - atomic_load_explicit(&qp->polled_look, memory_order_relaxed) <= 1;
+	return look - atomic_load_explicit(&qp->polled_look, memory_order_relaxed) <= 1 &&
+	       look - atomic_load_explicit(&qp->placed_look, memory_order_relaxed) > 2;
 }
 
 /* One pass over every QP. WORK: how much was done; ARM: 0 if a fifo had work; the

@@ -192,6 +192,7 @@ struct sv_qp {
 	/* --- the data path (src/core/sv_qp_data.c) --- */
 	atomic_int eng_ref;           /* pinned by a poller or the progress thread */
 	_Atomic uint32_t polled_look; /* sv_engine_look when a poller last moved it */
+	_Atomic uint32_t placed_look; /* ... when it last placed a peer's one-sided operation */
 	int seg_fd;                   /* memfd: our page for peers, then our inbound fifo */
 	void *seg;
 	size_t seg_len;

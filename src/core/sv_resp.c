@@ -427,8 +427,20 @@ static enum rx_result rx_atomic(struct sv_qp *qp, const struct shm_msg *m)
 	return RX_CONSUMED;
 }
 
+/* A one-sided operation of the peer is executed here: the progress thread is to keep
+ * moving this QP even while the application polls (see polled_since, sv_engine.c). */
+static void note_placed(struct sv_qp *qp)
+{
+	atomic_store_explicit(&qp->placed_look,
+			      atomic_load_explicit(&sv_engine_look, memory_order_relaxed),
+			      memory_order_relaxed);
+}
+
 static enum rx_result rx_request(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 {
+	if (m->op == SHM_OP_WRITE || m->op == SHM_OP_WRITES || m->op == SHM_OP_READ_REQ ||
+	    m->op == SHM_OP_ATOMIC)
+		note_placed(qp);
 	switch (m->op) {
 	case SHM_OP_SEND:
 		return rx_send(qp, m, pos);
