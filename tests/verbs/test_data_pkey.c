@@ -145,6 +145,18 @@ static void test_rc_across_partitions_fails_and_writes_nothing(void **state)
 	tp_pair_stop(x);
 }
 
+/* A datagram @w to the QP @to describes, with Q_Key @qkey (a global AH to its GID). */
+static void address_to(struct tp_wr *w, const struct tp_info *to, uint32_t qkey)
+{
+	w->ah.is_global = 1;
+	w->ah.grh.dgid = to->gid;
+	w->ah.grh.hop_limit = 64;
+	w->ah.dlid = to->lid;
+	w->ah.port_num = 1;
+	w->remote_qpn = to->qpn;
+	w->remote_qkey = qkey;
+}
+
 /* A datagram with the wrong Q_Key is dropped and counted in qkey_viol_cntr. */
 static void test_wrong_qkey_is_counted(void **state)
 {
@@ -154,13 +166,7 @@ static void test_wrong_qkey_is_counted(void **state)
 	struct ibv_wc wc;
 
 	/* The agent sends to us with a Q_Key that is not ours. */
-	w.ah.is_global = 1;
-	w.ah.grh.dgid = x->li.gid;
-	w.ah.grh.hop_limit = 64;
-	w.ah.dlid = x->li.lid;
-	w.ah.port_num = 1;
-	w.remote_qpn = x->li.qpn;
-	w.remote_qkey = QKEY + 1;
+	address_to(&w, &x->li, QKEY + 1);
 	assert_int_equal(tp_ep_post_recv(&x->ep, x->lq, 10, &(struct tp_sge){ 0, 4096 }, 1), 0);
 	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
 	tp_expect_peer_wc(&x->peer, true, 6, IBV_WC_SUCCESS, NULL);
@@ -179,13 +185,7 @@ static void test_ud_across_partitions_is_dropped(void **state)
 	struct ibv_wc wc;
 	int q;
 
-	w.ah.is_global = 1;
-	w.ah.grh.dgid = x->pi.gid;
-	w.ah.grh.hop_limit = 64;
-	w.ah.dlid = x->pi.lid;
-	w.ah.port_num = 1;
-	w.remote_qpn = x->pi.qpn;
-	w.remote_qkey = QKEY;
+	address_to(&w, &x->pi, QKEY);
 	assert_int_equal(tp_post_recv(&x->peer, x->pq, 8, &(struct tp_sge){ 0, 4096 }, 1), 0);
 	tp_fill(x->ep.buf, 100, 24, 0);
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
