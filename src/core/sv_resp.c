@@ -236,30 +236,34 @@ static enum rx_result refuse(struct sv_qp *qp, const struct shm_msg *m, enum ibv
  * there would fault where a NIC reports a remote access error. One system call for the
  * whole range (msync validates it; MS_ASYNC does nothing else to anonymous memory).
  */
-static bool still_mapped(uint64_t va, uint64_t len)
+static bool still_mapped(uint64_t va, uint64_t len, uint64_t page)
 {
-	static uint64_t page;
-	uint64_t lo, hi;
+	uint64_t lo = va & ~(page - 1), hi = (va + len + page - 1) & ~(page - 1);
 
-	if (!len)
-		return true;
-	if (!page)
-		page = (uint64_t)sysconf(_SC_PAGESIZE);
-	lo = va & ~(page - 1);
-	hi = (va + len + page - 1) & ~(page - 1);
-	return !msync((void *)(uintptr_t)lo, hi - lo, MS_ASYNC);
+	return !len || !msync((void *)(uintptr_t)lo, hi - lo, MS_ASYNC);
 }
 
-/* The responder's checks of an RDMA access to our memory (IBA 9.7.5.1.3 / C9-*), and
- * that the memory is there for us to copy (what a NIC's page walk would find). */
-static bool rdma_allowed(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len,
-			 uint32_t need, uint64_t *va)
+static uint64_t page_size(void)
+{
+	return (uint64_t)sysconf(_SC_PAGESIZE); /* glibc keeps it: no system call */
+}
+
+/* The responder's checks of an RDMA access to our memory (IBA 9.7.5.1.3 / C9-*). */
+static bool rdma_key_ok(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len,
+			uint32_t need, uint64_t *va)
 {
 	if (!(atomic_load_explicit(&qp->page->access, memory_order_relaxed) & need))
 		return false;
 	return sv_mr_check(qp->rx_dst.ctx->mrs->slots, rkey, qp->rx_dst.pd, need, addr, len, va) ==
-		       SV_ACCESS_OK &&
-	       still_mapped(*va, len);
+	       SV_ACCESS_OK;
+}
+
+/* Those checks, and that the memory is there for us to copy (what a NIC's page walk
+ * would find). */
+static bool rdma_allowed(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len,
+			 uint32_t need, uint64_t *va)
+{
+	return rdma_key_ok(qp, rkey, addr, len, need, va) && still_mapped(*va, len, page_size());
 }
 
 /* Bounce copy: a piece of an RDMA WRITE, placed by us. */
@@ -299,7 +303,8 @@ static enum rx_result rx_write(struct sv_qp *qp, const struct shm_msg *m, uint64
 static enum rx_result rx_writes(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 {
 	uint32_t n = m->aux, first = m->msn - (n - 1);
-	uint64_t ok_lo = 1, ok_hi = 0; /* a range known to be mapped (bursts hit few pages) */
+	uint64_t page = page_size();
+	uint64_t ok_lo = 1, ok_hi = 0; /* pages known to be mapped (bursts hit few pages) */
 
 	if ((uint64_t)n * sizeof(struct shm_write_rec) > m->len)
 		return refuse(qp, m, IBV_WC_REM_INV_REQ_ERR); /* malformed */
@@ -314,14 +319,11 @@ static enum rx_result rx_writes(struct sv_qp *qp, const struct shm_msg *m, uint6
 			r.len = SHM_TINY;
 		if (!r.len)
 			continue; /* IBA 9.4.x: a zero-length WRITE checks no key */
-		ok = (atomic_load_explicit(&qp->page->access, memory_order_relaxed) &
-		      IBV_ACCESS_REMOTE_WRITE) &&
-		     sv_mr_check(qp->rx_dst.ctx->mrs->slots, r.rkey, qp->rx_dst.pd,
-				 IBV_ACCESS_REMOTE_WRITE, r.addr, r.len, &va) == SV_ACCESS_OK;
+		ok = rdma_key_ok(qp, r.rkey, r.addr, r.len, IBV_ACCESS_REMOTE_WRITE, &va);
 		if (ok && (va < ok_lo || va + r.len > ok_hi)) {
-			ok = still_mapped(va, r.len);
-			ok_lo = va & ~(uint64_t)4095;
-			ok_hi = ok ? (va + r.len + 4095) & ~(uint64_t)4095 : 0;
+			ok = still_mapped(va, r.len, page);
+			ok_lo = va & ~(page - 1);
+			ok_hi = ok ? (va + r.len + page - 1) & ~(page - 1) : 0;
 		}
 		if (!ok) {
 			struct shm_msg bad = *m;
