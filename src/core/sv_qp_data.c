@@ -497,6 +497,7 @@ static void move_local_peer(struct sv_qp *qp)
 void sv_cq_progress(struct sv_cq *cq)
 {
 	struct sv_qp *pinned[16];
+	uint32_t look = atomic_load_explicit(&sv_engine_look, memory_order_relaxed);
 	int start = 0, total;
 
 	/* Every QP of the CQ, 16 at a time (pinned while the list's lock is not held). */
@@ -512,10 +513,7 @@ void sv_cq_progress(struct sv_cq *cq)
 		}
 		pthread_spin_unlock(&cq->qps_lock);
 		for (int i = 0; i < n; i++) {
-			atomic_store_explicit(&pinned[i]->polled_look,
-					      atomic_load_explicit(&sv_engine_look,
-								   memory_order_relaxed),
-					      memory_order_relaxed);
+			atomic_store_explicit(&pinned[i]->polled_look, look, memory_order_relaxed);
 			sv_qp_progress(pinned[i]);
 			move_local_peer(pinned[i]);
 			atomic_fetch_sub_explicit(&pinned[i]->eng_ref, 1, memory_order_release);
