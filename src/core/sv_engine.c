@@ -688,7 +688,6 @@ static bool polled_since(struct sv_qp *qp, uint32_t look)
 static int pass_all(enum pass what, bool *timed)
 {
 	uint32_t look = atomic_load_explicit(&sv_engine_look, memory_order_relaxed);
-
 	struct sv_qp *qps[MAX_PINNED];
 	int total, start = 0, result = what == PASS_ARM || what == PASS_ARM_UNPOLLED ? 1 : 0;
 
@@ -734,9 +733,9 @@ static int pass_all(enum pass what, bool *timed)
  * that waits on a completion channel or does not call in at all. An application that
  * busy-polls its CQs moves the work itself; there the thread stops arming the QPs those
  * polls move (so their producers make no system call), arms only the others (a QP on a
- * CQ nobody polls, an XRC target), and looks every millisecond. Busy polling shows as many
- * polls per wake-up (sv_engine_polls); an application that waits on a channel polls a
- * few times per event.
+ * CQ nobody polls, one that places its peer's one-sided operations), and looks every
+ * millisecond. Busy polling shows as many polls per wake-up (sv_engine_polls); an
+ * application that waits on a channel polls a few times per event.
  */
 enum { BUSY_POLLS = 64 }; /* polls per BUSY_WINDOW_NS that mean "the application spins" */
 #define BUSY_WINDOW_NS 1000000ull
@@ -811,7 +810,7 @@ static void *progress_main(void *arg)
 			continue;
 		}
 		/* Busy: the QPs the application's polls move are left to it; those it does not
-		 * poll (another CQ, an XRC target) still wake this thread. */
+		 * poll (another CQ, one-sided placement) still wake this thread. */
 		atomic_fetch_add_explicit(&sv_engine_look, 1, memory_order_relaxed);
 		if (!pass_all(busy ? PASS_ARM_UNPOLLED : PASS_ARM, &timed)) {
 			pass_all(PASS_DISARM, &timed);
