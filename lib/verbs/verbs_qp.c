@@ -384,8 +384,6 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 		err = check_attr_values(qp, attr, attr_mask);
 	if (!err) {
 		apply_attr(qp, attr, attr_mask);
-		if ((attr_mask & IBV_QP_PKEY_INDEX) && qp->pd)
-			atomic_store(&qp->page->pd, qp->pd->handle);
 		sv_qp_set_state(qp, next);
 		sv_qp_data_state(qp, cur, next);
 		sv_dbg("qp %u %s -> %s", ibqp->qp_num, sv_qp_state_name[cur], sv_qp_state_name[next]);
