@@ -112,9 +112,8 @@ static int write_send_wqe(struct sv_qp *qp, const struct ibv_send_wr *wr)
 		 * window's current key, for its slot. */
 		const struct ibv_mw_bind_info *b = &wr->bind_mw.bind_info;
 
-		if (!wr->bind_mw.mw || wr->bind_mw.mw->context != qp->ibv.qp_base.context) {
+		if (!wr->bind_mw.mw || wr->bind_mw.mw->context != qp->ibv.qp_base.context)
 			return EINVAL;
-		}
 		wqe->remote_addr = b->addr;
 		wqe->compare_add = b->length;
 		wqe->rkey = wr->bind_mw.rkey;
