@@ -210,7 +210,7 @@ struct ibv_qp_init_attr ct_qp_attr(enum ibv_qp_type type)
 	return a;
 }
 
-void ct_pair_listen(struct ct_pair *p, int family, enum rdma_port_space ps)
+void ct_pair_channels(struct ct_pair *p, int family, enum rdma_port_space ps)
 {
 	memset(p, 0, sizeof(*p));
 	p->family = family;
@@ -219,6 +219,11 @@ void ct_pair_listen(struct ct_pair *p, int family, enum rdma_port_space ps)
 	p->cch = rdma_create_event_channel();
 	if (!p->lch || !p->cch)
 		fail_msg("rdma_create_event_channel: errno %d", errno);
+}
+
+void ct_pair_listen(struct ct_pair *p, int family, enum rdma_port_space ps)
+{
+	ct_pair_channels(p, family, ps);
 	assert_int_equal(rdma_create_id(p->lch, &p->listen_id, p, ps), 0);
 	if (rdma_bind_addr(p->listen_id, ct_loopback(&p->addr, family, 0)))
 		fail_msg("rdma_bind_addr(%s loopback): errno %d", ct_family_str(family), errno);

@@ -90,7 +90,11 @@ struct ct_pair {
 /* The qp_init_attr ct_pair_connect gives rdma_create_qp (no CQs: the library's). */
 struct ibv_qp_init_attr ct_qp_attr(enum ibv_qp_type type);
 
-/* Zeroes @p, creates both channels and a listening id (@ps) bound to @family's loopback
+/* Zeroes @p and creates both channels: a pair with no listener (the test makes its own,
+ * or none). Fails the test if a step fails. */
+void ct_pair_channels(struct ct_pair *p, int family, enum rdma_port_space ps);
+
+/* ct_pair_channels, then a listening id (@ps) bound to @family's loopback
  * with a port the system picks. Fails the test if a step fails. */
 void ct_pair_listen(struct ct_pair *p, int family, enum rdma_port_space ps);
 

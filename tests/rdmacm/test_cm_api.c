@@ -285,18 +285,6 @@ static void post_send(struct ibv_qp *qp, struct ibv_mr *mr, void *buf, uint32_t 
 	assert_int_equal(ibv_post_send(qp, &wr, &bad), 0);
 }
 
-/* A pair with its two channels and no listener (the test makes its own, or none). */
-static void pair_channels(struct ct_pair *p, int family, enum rdma_port_space ps)
-{
-	memset(p, 0, sizeof(*p));
-	p->family = family;
-	p->ps = ps;
-	p->lch = rdma_create_event_channel();
-	p->cch = rdma_create_event_channel();
-	if (!p->lch || !p->cch)
-		fail_msg("rdma_create_event_channel: errno %d", errno);
-}
-
 /* ================================================================================== */
 /* Calls that need no connection                                                      */
 /* ================================================================================== */
@@ -543,7 +531,7 @@ static void test_listen_unbound_binds_wildcard(void **state)
 	struct rdma_cm_id *l;
 	int ctx;
 
-	pair_channels(p, AF_INET, RDMA_PS_TCP);
+	ct_pair_channels(p, AF_INET, RDMA_PS_TCP);
 	l = fx_id(f, p->lch, &ctx, RDMA_PS_TCP);
 	assert_int_equal(rdma_listen(l, 4), 0);
 	port = ntohs(rdma_get_src_port(l));
@@ -1487,7 +1475,7 @@ static void test_connect_no_listener_rc(void **state)
 	struct rdma_cm_event *ev;
 
 	need_family(f);
-	pair_channels(p, f->family, RDMA_PS_TCP);
+	ct_pair_channels(p, f->family, RDMA_PS_TCP);
 	ct_loopback(&p->addr, f->family, ct_free_port(f->family));
 	ct_client_connect(p, NULL);
 	ev = ct_wait_event(p->cch, RDMA_CM_EVENT_REJECTED, CT_WAIT_MS);
@@ -1844,7 +1832,7 @@ static void test_connect_over_interface_address(void **state)
 			      ct_family_str(f->family));
 		skip();
 	}
-	pair_channels(p, f->family, RDMA_PS_TCP);
+	ct_pair_channels(p, f->family, RDMA_PS_TCP);
 	assert_int_equal(rdma_create_id(p->lch, &p->listen_id, p, RDMA_PS_TCP), 0);
 	ct_set_port((struct sockaddr *)&ifa, 0);
 	inet_ntop(f->family,
@@ -2000,7 +1988,7 @@ static void test_ud_no_listener_unreachable(void **state)
 	struct rdma_cm_event *ev;
 
 	need_family(f);
-	pair_channels(p, f->family, RDMA_PS_UDP);
+	ct_pair_channels(p, f->family, RDMA_PS_UDP);
 	ct_loopback(&p->addr, f->family, ct_free_port(f->family));
 	ct_client_connect(p, NULL);
 	ev = ct_wait_event(p->cch, RDMA_CM_EVENT_UNREACHABLE, CT_WAIT_MS);
