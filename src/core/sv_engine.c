@@ -700,11 +700,13 @@ static int pass_all(enum pass what, bool *timed)
 
 			switch (what) {
 			case PASS_WORK:
-				result += sv_qp_progress(qp);
+				result += sv_qp_progress(qp) + sv_qp_assist(qp);
 				break;
 			case PASS_WORK_UNPOLLED:
+				/* Copy assist is this thread's alone, polled or not. */
 				if (!polled_since(qp, look))
 					result += sv_qp_progress(qp);
+				result += sv_qp_assist(qp);
 				break;
 			case PASS_ARM:
 				if (!sv_qp_arm(qp))

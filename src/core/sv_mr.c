@@ -1,6 +1,7 @@
 #include "core/sv_mr.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -14,7 +15,7 @@ int sv_mr_table_init(struct sv_mr_table *t)
 	 * A memfd, so that peers on the host can map the table read-only and check keys
 	 * themselves (one-sided operations). Pages are touched only as slots fill.
 	 */
-	t->fd = memfd_create("softverbs-mr", MFD_CLOEXEC);
+	t->fd = memfd_create("softverbs-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (t->fd < 0)
 		return -errno;
 	if (ftruncate(t->fd, (off_t)SV_MR_TABLE_BYTES)) {
@@ -30,6 +31,13 @@ int sv_mr_table_init(struct sv_mr_table *t)
 		close(t->fd);
 		return -ENOMEM;
 	}
+	/*
+	 * Our mapping stays writable; nobody else can map it so (the fd goes to every peer
+	 * that attaches, another user's process maybe) and forge the keys our own checks
+	 * trust. A kernel before 5.1 refuses FUTURE_WRITE: the table then stays unsealed.
+	 */
+	(void)fcntl(t->fd, F_ADD_SEALS,
+		    F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
 	pthread_mutex_init(&t->lock, NULL);
 	t->next_free_hint = 1; /* slot 0 stays free so that key 0 never names an MR */
 	return 0;

@@ -220,6 +220,10 @@ struct sv_qp {
 	uint32_t rd_atomic_out;       /* READs and atomics waiting for their answer */
 	uint32_t fifo_writes_out;     /* WRITEs in the responder's fifo, not yet acknowledged */
 	atomic_bool tx_blocked;       /* the peer's fifo was full: try again later */
+	uint32_t assist_job;          /* copy assist: the job of the WQE at sq_next (0: none) */
+	uint64_t assist_deadline;     /* ns: a helper not done by then fails the WQE */
+	bool assist_helped;           /* the responder took part of our last job */
+	uint32_t assist_copies;       /* large copies so far (every few offer help anyway) */
 	uint32_t rnr_msn;             /* the send an RNR NAK holds up */
 	_Atomic uint64_t rnr_deadline; /* ns; when its RNR retries run out (0: none) */
 	_Atomic int err_event;        /* -1, or the async event of an error to enter */

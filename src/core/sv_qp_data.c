@@ -65,6 +65,7 @@ static void drop_peers(struct sv_qp *qp)
 
 	sv_rx_lock(qp);
 	sv_spin_lock(&qp->sq.lock);
+	sv_req_assist_abandon(qp);
 	peer = qp->peer;
 	qp->peer = NULL;
 	sv_set_hint(qp->peer_local, false);
@@ -141,6 +142,7 @@ void sv_qp_flush_sq_locked(struct sv_qp *qp)
 		/* An error always completes, signaled or not (IBA 10.8.3.3). */
 		sv_cq_push(qp->scq, &wc, false);
 	}
+	sv_req_assist_abandon(qp);
 	qp->sq_next = wq->head;
 	qp->tx_off = 0;
 	qp->mc_valid = false;
@@ -370,7 +372,14 @@ bool sv_qp_arm(struct sv_qp *qp)
 {
 	if (sv_hint(qp->rnr_held) || sv_hint(qp->rx_poisoned) || !qp->seg)
 		return true; /* what waits there needs a receive (or a RESET), not us */
-	return shm_fifo_arm(qp->rx);
+	if (!shm_fifo_arm(qp->rx))
+		return false;
+	/* A copy-assist job posted before we armed (shm_fifo_take_armed's other half). */
+	if (shm_assist_pending(&qp->page->assist)) {
+		shm_fifo_disarm(qp->rx);
+		return false;
+	}
+	return true;
 }
 
 void sv_qp_disarm(struct sv_qp *qp)
@@ -421,6 +430,7 @@ static int peer_left(struct sv_qp *qp)
 	if (atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
 		return 0;
 	if (!shm_fifo_peek(qp->rx, &pos) && !pthread_spin_trylock(&qp->sq.lock)) {
+		sv_req_assist_abandon(qp);
 		gone = qp->peer;
 		qp->peer = NULL;
 		sv_set_hint(qp->peer_local, false);

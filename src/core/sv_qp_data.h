@@ -30,6 +30,9 @@ void sv_qp_recv_posted(struct sv_qp *qp);
 
 /* Moves the QP's work (rx, blocked tx, timers). Returns how much was done. */
 int sv_qp_progress(struct sv_qp *qp);
+/* The progress thread helps with the large copy a requester offers on @qp's page
+ * (copy assist, shm_assist.h): chunks copied. */
+int sv_qp_assist(struct sv_qp *qp);
 /* Enters ERR if the data path asked for it (call with no QP lock held; if qp->lock is
  * busy the error stays pending for a later call). */
 void sv_qp_settle(struct sv_qp *qp);

@@ -8,6 +8,7 @@
 
 #include "core/sv_cq.h"
 #include "core/sv_qp_priv.h"
+#include "util/sv_lock.h"
 #include "util/sv_log.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -467,6 +468,179 @@ static enum tx_result tx_rdma_bounce(struct sv_qp *qp, struct sv_peer *peer, str
 	return tx_pieces(qp, peer, w, &m, iov, n_iov, total, true);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* copy assist (shm_assist.h): a large one-sided copy the responder's progress thread helps */
+
+enum {
+	/* Smaller copies are not worth cutting: each piece costs a system call (~1.5 us). */
+	SV_ASSIST_MIN = 2 * SHM_ASSIST_CHUNK + SHM_ASSIST_TAIL,
+	SV_ASSIST_PROBE = 8, /* after a copy nobody helped with, every 8th offers help */
+};
+#define SV_ASSIST_SPIN_NS 50000ull     /* waits this long for the helper's last chunks */
+#define SV_ASSIST_LATE_NS 1000000000ull /* a helper not done by then has failed */
+
+/* SOFTVERBS_SHM_ASSIST=0 turns it off (measurements; a responder's CPU kept to itself). */
+static bool assist_on(void)
+{
+	static _Atomic int value = -1;
+	int v = atomic_load_explicit(&value, memory_order_relaxed);
+
+	if (v < 0) {
+		const char *env = getenv("SOFTVERBS_SHM_ASSIST");
+
+		v = !env || strcmp(env, "0");
+		atomic_store_explicit(&value, v, memory_order_relaxed);
+	}
+	return v;
+}
+
+static bool assist_wanted(struct sv_qp *qp, const struct sv_send_wqe *w, uint64_t total)
+{
+	if (qp->assist_job)
+		return true; /* resumed: the job is posted */
+	if (total < SV_ASSIST_MIN || total > (1ull << 31) || w->num_sge > SHM_ASSIST_SGE ||
+	    (w->send_flags & IBV_SEND_INLINE) || !assist_on())
+		return false;
+	return qp->assist_helped || qp->assist_copies++ % SV_ASSIST_PROBE == 0;
+}
+
+/* Posts the job for the WQE's first @body bytes on the responder's page, wakes it. */
+static void assist_post(struct sv_qp *qp, struct sv_peer *peer, const struct sv_send_wqe *w,
+			uint64_t body, bool write)
+{
+	struct shm_assist *a = &peer->page->assist;
+	uint32_t job = shm_assist_job(atomic_load_explicit(&a->claim, memory_order_relaxed)) + 1;
+
+	job += !job;
+	atomic_store_explicit(&a->done, (uint64_t)job << 32, memory_order_relaxed);
+	atomic_store_explicit(&a->failed, 0, memory_order_relaxed);
+	atomic_store_explicit(&a->addr, w->remote_addr, memory_order_relaxed);
+	atomic_store_explicit(&a->op, (uint64_t)w->rkey << 32 | (write ? SHM_ASSIST_WRITE : 0) |
+				      w->num_sge, memory_order_relaxed);
+	atomic_store_explicit(&a->len, body, memory_order_relaxed);
+	for (uint32_t i = 0; i < w->num_sge; i++) {
+		atomic_store_explicit(&a->sge[i].addr, w->sge[i].addr, memory_order_relaxed);
+		atomic_store_explicit(&a->sge[i].len_key,
+				      (uint64_t)w->sge[i].length << 32 | w->sge[i].lkey,
+				      memory_order_relaxed);
+	}
+	/* Release: a helper that sees the job sees its descriptor. */
+	atomic_store_explicit(&a->claim, shm_assist_word(job, 0, shm_assist_chunks(body)),
+			      memory_order_release);
+	if (shm_fifo_take_armed(peer->fifo))
+		sv_engine_wake_peer(peer);
+	qp->assist_job = job;
+	qp->assist_deadline = 0;
+}
+
+/* Copies the message's bytes [off, off + len) (the local side sliced to match). */
+static enum ibv_wc_status copy_part(pid_t pid, const struct iovec *iov, int n_iov, uint64_t va,
+				    uint64_t off, uint64_t len, bool write)
+{
+	struct iovec part[SV_IOV_MAX];
+	int k = sv_iov_slice(iov, n_iov, off, len, part);
+
+	return sv_cma_copy(pid, part, k, va + off, len, write);
+}
+
+/* Whether the helper finished the @n chunks it took of @job, or failed one. */
+static bool helper_finished(struct shm_assist *a, uint32_t job, uint32_t n)
+{
+	uint64_t d = atomic_load_explicit(&a->done, memory_order_acquire);
+
+	return (uint32_t)(d >> 32) != job || (uint32_t)d >= n ||
+	       atomic_load_explicit(&a->failed, memory_order_relaxed) == job;
+}
+
+/*
+ * The one-sided copy of a large WRITE or READ (checked already: [va, va + total) at the
+ * responder, @iov here), with the responder's help. We take chunks from the front, half
+ * of what is left each time, while its progress thread takes them from the back; after
+ * a copy it did not help with we take all but one chunk (it may be asleep: we woke it).
+ * Then we wait for its chunks (redoing them if it could not copy one) and copy the tail
+ * last. *pending: its chunks are not done yet; call again (the job stays posted).
+ */
+static enum ibv_wc_status tx_assisted(struct sv_qp *qp, struct sv_peer *peer,
+				      const struct sv_send_wqe *w, const struct iovec *iov,
+				      int n_iov, uint64_t va, uint64_t total, bool write,
+				      bool *pending)
+{
+	struct shm_assist *a = &peer->page->assist;
+	uint64_t body = total - SHM_ASSIST_TAIL, now, spin_end;
+	uint32_t n = shm_assist_chunks(body), first, k, back = n, job;
+	bool fresh = !qp->assist_job;
+	enum ibv_wc_status st;
+
+	*pending = false;
+	if (fresh)
+		assist_post(qp, peer, w, body, write);
+	job = qp->assist_job;
+	for (;;) {
+		uint64_t c = atomic_load_explicit(&a->claim, memory_order_relaxed);
+		uint32_t left = shm_assist_back(c) - shm_assist_front(c), want = left;
+
+		if (qp->assist_helped)
+			want = (left + 1) / 2;
+		else if (fresh && left > 1)
+			want = left - 1;
+		fresh = false;
+		if (!shm_assist_take_front(a, job, want, &first, &k, &back))
+			break;
+		if (first + k >= n) {
+			/* Nobody took the end: ours through the tail, in one copy. */
+			st = copy_part(peer->pid, iov, n_iov, va, (uint64_t)first * SHM_ASSIST_CHUNK,
+				       total - (uint64_t)first * SHM_ASSIST_CHUNK, write);
+			qp->assist_job = 0;
+			qp->assist_helped = false;
+			return st;
+		}
+		st = copy_part(peer->pid, iov, n_iov, va, (uint64_t)first * SHM_ASSIST_CHUNK,
+			       (uint64_t)k * SHM_ASSIST_CHUNK, write);
+		if (st) {
+			shm_assist_close(a, job);
+			qp->assist_job = 0;
+			return st;
+		}
+	}
+	/* The helper took [back, n): the word says so, bounded by what we posted. */
+	if (back > n)
+		back = n;
+	now = sv_now_ns();
+	if (!qp->assist_deadline)
+		qp->assist_deadline = now + SV_ASSIST_LATE_NS;
+	for (spin_end = now + SV_ASSIST_SPIN_NS; !helper_finished(a, job, n - back);) {
+		sv_cpu_relax();
+		now = sv_now_ns();
+		if (now < spin_end)
+			continue;
+		if (now < qp->assist_deadline) {
+			*pending = true; /* left to progress: sv_qp_tx_locked again */
+			return IBV_WC_SUCCESS;
+		}
+		/* Its copy may still land: fail rather than race it (as if retries ran out). */
+		shm_assist_close(a, job);
+		qp->assist_job = 0;
+		return IBV_WC_RETRY_EXC_ERR;
+	}
+	qp->assist_job = 0;
+	qp->assist_helped = back < n;
+	st = IBV_WC_SUCCESS;
+	if (atomic_load_explicit(&a->failed, memory_order_relaxed) == job)
+		st = copy_part(peer->pid, iov, n_iov, va, (uint64_t)back * SHM_ASSIST_CHUNK,
+			       body - (uint64_t)back * SHM_ASSIST_CHUNK, write);
+	if (!st)
+		st = copy_part(peer->pid, iov, n_iov, va, body, total - body, write);
+	return st;
+}
+
+/* Abandons the copy-assist job of the WQE at sq_next (flushed, or the peer is leaving). */
+void sv_req_assist_abandon(struct sv_qp *qp)
+{
+	if (qp->assist_job && qp->peer)
+		shm_assist_close(&qp->peer->page->assist, qp->assist_job);
+	qp->assist_job = 0;
+}
+
 static enum tx_result tx_rdma(struct sv_qp *qp, struct sv_peer *peer, struct sv_send_wqe *w)
 {
 	bool write = w->opcode != IBV_WR_RDMA_READ;
@@ -480,6 +654,7 @@ static enum tx_result tx_rdma(struct sv_qp *qp, struct sv_peer *peer, struct sv_
 
 	st = wqe_iov(qp, w, write ? 0 : IBV_ACCESS_LOCAL_WRITE, iov, &n_iov, &total);
 	if (st) {
+		sv_req_assist_abandon(qp); /* deregistered while a job of it waited */
 		sv_wqe_done(w, st);
 		return TX_DONE;
 	}
@@ -493,8 +668,17 @@ static enum tx_result tx_rdma(struct sv_qp *qp, struct sv_peer *peer, struct sv_
 	if (total) {
 		/* IBA 9.4.x: a zero-length RDMA operation checks no key. */
 		st = remote_range(peer, w->rkey, w->remote_addr, total, need, &va);
-		if (!st)
+		if (!st && assist_wanted(qp, w, total)) {
+			bool pending;
+
+			st = tx_assisted(qp, peer, w, iov, n_iov, va, total, write, &pending);
+			if (pending)
+				return TX_BLOCKED;
+		} else if (!st) {
 			st = sv_cma_copy(peer->pid, iov, n_iov, va, total, write);
+		}
+		if (st && qp->assist_job)
+			sv_req_assist_abandon(qp); /* the keys changed while it waited */
 	}
 	if (st) {
 		if (!reliable) {
@@ -791,7 +975,7 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 	ssize_t done;
 
 	/* RC and UC: UD has no connection, XRC writes go through the responder (tx_rdma). */
-	if (!peer || !peer->cma || !peer_ready(peer) || !pkeys_match(qp, peer) ||
+	if (!peer || !peer->cma || !peer_ready(peer) || !pkeys_match(qp, peer) || qp->assist_job ||
 	    (qp->ibv.qp_base.qp_type != IBV_QPT_RC && qp->ibv.qp_base.qp_type != IBV_QPT_UC))
 		return 0;
 	for (uint32_t i = qp->sq_next; i != qp->sq.head && n < SV_BATCH; i++) {
@@ -805,6 +989,8 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 		if (wqe_iov(qp, w, 0, iov, &k, &bytes) || n_local + k > SV_BATCH * 4 || !bytes ||
 		    remote_range(peer, w->rkey, w->remote_addr, bytes, IBV_ACCESS_REMOTE_WRITE, &va))
 			break;
+		if (bytes >= SV_ASSIST_MIN && assist_on())
+			break; /* one at a time: the responder may help (tx_rdma) */
 		memcpy(&local[n_local], iov, (size_t)k * sizeof(iov[0]));
 		n_local += k;
 		remote[n].iov_base = (void *)(uintptr_t)va;

@@ -536,6 +536,99 @@ static enum rx_result rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t
 	return qp->xrcd ? rx_xrc(qp, m, pos) : rx_request(qp, m, pos);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* copy assist (shm_assist.h): the responder's half                                          */
+
+/* The requester's buffers named by the job, checked against its key table and the PD of
+ * its QP (the helper copies only what the requester registered). */
+static bool assist_theirs(struct sv_peer *peer, struct shm_assist *a, uint32_t n_sge, bool write,
+			  struct iovec *iov, int *n_iov)
+{
+	uint32_t pd = atomic_load_explicit(&peer->page->pd, memory_order_relaxed);
+
+	*n_iov = 0;
+	for (uint32_t i = 0; i < n_sge; i++) {
+		uint64_t addr = atomic_load_explicit(&a->sge[i].addr, memory_order_relaxed);
+		uint64_t len_key = atomic_load_explicit(&a->sge[i].len_key, memory_order_relaxed);
+		uint32_t len = (uint32_t)(len_key >> 32);
+		uint64_t va;
+
+		if (!len)
+			continue;
+		if (sv_mr_check(peer->mrs, (uint32_t)len_key, pd, write ? 0 : IBV_ACCESS_LOCAL_WRITE,
+				addr, len, &va) != SV_ACCESS_OK)
+			return false;
+		iov[*n_iov].iov_base = (void *)(uintptr_t)va;
+		iov[*n_iov].iov_len = len;
+		(*n_iov)++;
+	}
+	return true;
+}
+
+/* Copies chunk @i of the job on our page: false if a check or the copy fails. */
+static bool assist_chunk(struct sv_qp *qp, struct sv_peer *peer, struct shm_assist *a, uint32_t i)
+{
+	uint64_t op = atomic_load_explicit(&a->op, memory_order_relaxed);
+	uint64_t len = atomic_load_explicit(&a->len, memory_order_relaxed);
+	uint64_t addr = atomic_load_explicit(&a->addr, memory_order_relaxed);
+	uint64_t off = (uint64_t)i * SHM_ASSIST_CHUNK, n, va;
+	bool write = op & SHM_ASSIST_WRITE;
+	uint32_t n_sge = op & 0xff;
+	struct iovec theirs[SHM_ASSIST_SGE], part[SHM_ASSIST_SGE], ours;
+	ssize_t done;
+	int k;
+
+	if (len > (1ull << 31) || off >= len || n_sge > SHM_ASSIST_SGE)
+		return false;
+	n = len - off < SHM_ASSIST_CHUNK ? len - off : SHM_ASSIST_CHUNK;
+	if (!rdma_key_ok(qp, (uint32_t)(op >> 32), addr + off, n,
+			 write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ, &va) ||
+	    !assist_theirs(peer, a, n_sge, write, theirs, &k))
+		return false;
+	k = sv_iov_slice(theirs, k, off, n, part);
+	ours.iov_base = (void *)(uintptr_t)va;
+	ours.iov_len = n;
+	/* Into our memory through the kernel: a range unmapped since is EFAULT, not a fault. */
+	done = write ? process_vm_readv(peer->pid, &ours, 1, part, (unsigned long)k, 0)
+		     : process_vm_writev(peer->pid, &ours, 1, part, (unsigned long)k, 0);
+	return done == (ssize_t)n;
+}
+
+static bool assist_possible(struct sv_qp *qp)
+{
+	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
+	uint32_t st = atomic_load_explicit(&qp->page->state, memory_order_relaxed);
+
+	return qp->peer && qp->peer->cma && (type == IBV_QPT_RC || type == IBV_QPT_UC) &&
+	       (st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE);
+}
+
+int sv_qp_assist(struct sv_qp *qp)
+{
+	struct shm_assist *a;
+	uint64_t c;
+	bool able;
+	int n = 0;
+
+	if (!qp->seg || !shm_assist_pending(&qp->page->assist) ||
+	    atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
+		return 0;
+	/* qp->peer stays while we hold rx_busy. A job we cannot help with is still taken,
+	 * as failed: its requester copies it, and we do not look at it again. */
+	a = &qp->page->assist;
+	able = assist_possible(qp);
+	while (n < 0x10000 && shm_assist_take_back(a, &c)) {
+		uint32_t job = shm_assist_job(c);
+
+		if (!able || !assist_chunk(qp, qp->peer, a, shm_assist_back(c) - 1))
+			atomic_store_explicit(&a->failed, job, memory_order_relaxed);
+		shm_assist_count(a, job);
+		n++;
+	}
+	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
+	return n;
+}
+
 int sv_resp_rx(struct sv_qp *qp)
 {
 	struct shm_slot *s;

@@ -85,9 +85,14 @@ void shm_fifo_get(struct shm_fifo *f, uint64_t pos, uint32_t off, void *dst, uin
 bool shm_fifo_publish(struct shm_fifo *f, uint64_t pos)
 {
 	atomic_store_explicit(&shm_fifo_slot(f, pos)->seq, pos + 1, memory_order_release);
+	return shm_fifo_take_armed(f);
+}
+
+bool shm_fifo_take_armed(struct shm_fifo *f)
+{
 	/*
-	 * seq_cst pairs with shm_fifo_arm(): either the consumer's re-check sees this
-	 * message, or this load sees its armed flag (Dekker-style).
+	 * seq_cst pairs with shm_fifo_arm(): either the consumer's re-check sees what was
+	 * published, or this load sees its armed flag (Dekker-style).
 	 */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&f->armed, memory_order_relaxed))
@@ -100,10 +105,7 @@ bool shm_fifo_publish_run(struct shm_fifo *f, uint64_t pos, uint32_t n)
 	for (uint32_t i = 0; i < n; i++)
 		atomic_store_explicit(&shm_fifo_slot(f, pos + i)->seq, pos + i + 1,
 				      memory_order_release);
-	atomic_thread_fence(memory_order_seq_cst); /* as in shm_fifo_publish */
-	if (atomic_load_explicit(&f->armed, memory_order_relaxed))
-		return atomic_exchange_explicit(&f->armed, 0, memory_order_relaxed) != 0;
-	return false;
+	return shm_fifo_take_armed(f);
 }
 
 void shm_fifo_release(struct shm_fifo *f, uint32_t n)

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "wire/shm/shm_assist.h"
 #include "wire/shm/shm_fifo.h"
 
 enum shm_op {
@@ -112,6 +113,9 @@ struct shm_qp_page {
 	/* Written by the requester: it gave up on this msn after RNR retries (0: none). What
 	 * it sent from there on was never accepted (a NIC would have NAKed it) and is dropped. */
 	_Atomic uint32_t rnr_abandon;
+	/* Written by the requester: a large WRITE or READ this QP's progress thread may
+	 * help copy (shm_assist.h). */
+	struct shm_assist assist;
 };
 
 #define SHM_QP_PAGE_SIZE 4096
