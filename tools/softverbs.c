@@ -37,8 +37,9 @@ static const char usage[] =
 	"                     (default: process_vm_readv/writev where permitted, else bounce)\n"
 	"  SOFTVERBS_SHM_INLINE_MAX  SENDs up to this many bytes travel in the fifo, larger\n"
 	"                     ones are pulled with one copy (default 32768)\n"
-	"  SOFTVERBS_SHM_ASSIST  0: the target's progress thread does not help copy RDMA\n"
-	"                     WRITEs and READs of 132 KiB or more (default 1)\n";
+	"  SOFTVERBS_SHM_ASSIST  0: large RDMA WRITEs and READs (132 KiB or more) are\n"
+	"                     copied by the requester alone: this process neither asks\n"
+	"                     its peers' progress threads to help nor helps (default 1)\n";
 
 static int has_lib(const char *dir)
 {

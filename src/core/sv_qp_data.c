@@ -375,7 +375,7 @@ bool sv_qp_arm(struct sv_qp *qp)
 	if (!shm_fifo_arm(qp->rx))
 		return false;
 	/* A copy-assist job posted before we armed (shm_fifo_take_armed's other half). */
-	if (shm_assist_pending(&qp->page->assist)) {
+	if (shm_assist_pending(&qp->page->assist) && sv_assist_on()) {
 		shm_fifo_disarm(qp->rx);
 		return false;
 	}

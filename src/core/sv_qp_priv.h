@@ -120,6 +120,7 @@ void sv_req_complete_locked(struct sv_qp *qp);
 int sv_req_timers(struct sv_qp *qp);
 void sv_req_fail_waiting(struct sv_qp *qp, enum ibv_wc_status status);
 void sv_req_assist_abandon(struct sv_qp *qp);
+bool sv_assist_on(void);
 
 /* sv_resp.c */
 int sv_resp_rx(struct sv_qp *qp);

@@ -479,8 +479,9 @@ enum {
 #define SV_ASSIST_SPIN_NS 50000ull     /* waits this long for the helper's last chunks */
 #define SV_ASSIST_LATE_NS 1000000000ull /* a helper not done by then has failed */
 
-/* SOFTVERBS_SHM_ASSIST=0 turns it off (measurements; a responder's CPU kept to itself). */
-static bool assist_on(void)
+/* SOFTVERBS_SHM_ASSIST=0 turns it off, both ways: this process neither offers its large
+ * copies nor helps with its peers' (measurements; a responder's CPU kept to itself). */
+bool sv_assist_on(void)
 {
 	static _Atomic int value = -1;
 	int v = atomic_load_explicit(&value, memory_order_relaxed);
@@ -499,7 +500,7 @@ static bool assist_wanted(struct sv_qp *qp, const struct sv_send_wqe *w, uint64_
 	if (qp->assist_job)
 		return true; /* resumed: the job is posted */
 	if (total < SV_ASSIST_MIN || total > (1ull << 31) || w->num_sge > SHM_ASSIST_SGE ||
-	    (w->send_flags & IBV_SEND_INLINE) || !assist_on())
+	    (w->send_flags & IBV_SEND_INLINE) || !sv_assist_on())
 		return false;
 	return qp->assist_helped || qp->assist_copies++ % SV_ASSIST_PROBE == 0;
 }
@@ -989,7 +990,7 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 		if (wqe_iov(qp, w, 0, iov, &k, &bytes) || n_local + k > SV_BATCH * 4 || !bytes ||
 		    remote_range(peer, w->rkey, w->remote_addr, bytes, IBV_ACCESS_REMOTE_WRITE, &va))
 			break;
-		if (bytes >= SV_ASSIST_MIN && assist_on())
+		if (bytes >= SV_ASSIST_MIN && sv_assist_on())
 			break; /* one at a time: the responder may help (tx_rdma) */
 		memcpy(&local[n_local], iov, (size_t)k * sizeof(iov[0]));
 		n_local += k;

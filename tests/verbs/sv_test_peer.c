@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -397,7 +398,7 @@ static bool safe_read(void *dst, const void *src, size_t len)
 	return process_vm_readv(getpid(), &l, 1, &r, 1, 0) == (ssize_t)len;
 }
 
-static unsigned char *find_segment(uint32_t qpn)
+static unsigned char *find_segment_of(uint32_t qpn, pid_t owner)
 {
 	FILE *f = fopen("/proc/self/maps", "r");
 	unsigned char *found = NULL;
@@ -417,11 +418,17 @@ static unsigned char *find_segment(uint32_t qpn)
 		 * read with process_vm_readv, which fails where a plain read would fault. */
 		if (!safe_read(w, (void *)lo, sizeof(w)))
 			continue;
-		if (w[0] == SEG_MAGIC && (pid_t)w[1] == getppid() && w[2] == qpn)
+		if (w[0] == SEG_MAGIC && (pid_t)w[1] == owner && w[2] == qpn)
 			found = (unsigned char *)lo;
 	}
 	fclose(f);
 	return found;
+}
+
+/* The segment of the parent's QP @qpn, as we map it. */
+static unsigned char *find_segment(uint32_t qpn)
+{
+	return find_segment_of(qpn, getppid());
 }
 
 static bool safe_write(void *dst, const void *src, size_t len)
@@ -473,6 +480,185 @@ static int agent_scribble(uint32_t qpn, int how, uint32_t rounds, uint32_t seed)
 			return 0;
 	}
 	return 0;
+}
+
+/*
+ * The copy-assist job on a QP's page (src/wire/shm/shm_assist.h, pinned there by static
+ * asserts): at byte 64 of the page, the words claim, done, failed, addr, op, len, then
+ * the SGEs (address; length << 32 | lkey). A chunk is 64 KiB.
+ */
+enum {
+	AS_AT = 64, AS_CLAIM = 0, AS_DONE = 8, AS_FAILED = 16, AS_ADDR = 24, AS_OP = 32,
+	AS_LEN = 40, AS_SGE = 48, AS_WRITE = 0x100, AS_CHUNK = 65536,
+};
+
+static int agent_sock = -1;
+
+static void agent_watch_last(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *rep)
+{
+	const volatile unsigned char *last = ep->buf + q->a + q->b - 1;
+	unsigned char want = tp_pattern(q->b - 1, (uint32_t)q->c);
+	long long end = tu_now_ms() + (long long)q->d;
+	struct tp_rep watching = { .op = q->op };
+
+	if (!q->b || q->a + q->b > ep->len) {
+		agent_fail(rep, -1, "watch: [%llu, +%llu) is not in the buffer",
+			   (unsigned long long)q->a, (unsigned long long)q->b);
+		return;
+	}
+	/* The first answer: watching now. */
+	if (write(agent_sock, &watching, sizeof(watching)) != (ssize_t)sizeof(watching))
+		fail_msg("agent: answer lost (errno %d)", errno);
+	while (*last != want) {
+		if (tu_now_ms() > end) {
+			agent_fail(rep, -1, "watch: the last byte did not come in %llu ms",
+				   (unsigned long long)q->d);
+			return;
+		}
+	}
+	atomic_thread_fence(memory_order_acquire);
+	rep->v = tp_mismatch(ep->buf + q->a, q->b - 1, (uint32_t)q->c, 0);
+}
+
+static bool forge_word(unsigned char *job, int at, uint64_t v)
+{
+	return safe_write(job + at, &v, sizeof(v));
+}
+
+static uint64_t forge_read(unsigned char *job, int at)
+{
+	uint64_t v = 0;
+
+	return safe_read(&v, job + at, sizeof(v)) ? v : 0;
+}
+
+/* Waits until nothing of the job is left to take and the helper counted @n chunks. */
+static bool forge_wait(unsigned char *job, uint64_t n, long long end)
+{
+	for (;;) {
+		uint64_t c = forge_read(job, AS_CLAIM), d = forge_read(job, AS_DONE);
+
+		if ((c >> 16 & 0xffff) >= (c & 0xffff) && (d & 0xffffffff) >= n)
+			return true;
+		if (tu_now_ms() > end)
+			return false;
+		sched_yield();
+	}
+}
+
+static void agent_forge_assist(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *rep)
+{
+	unsigned char *seg = find_segment((uint32_t)q->qp), *job;
+	int how = (int)q->a;
+	uint64_t addr = q->b, rkey = q->c, len = q->d, x = len * 0x9e3779b97f4a7c15ull + 1;
+	long long end = tu_now_ms() + (long long)q->e;
+
+	if (!seg) {
+		agent_fail(rep, -1, "forge: no segment of QP %d is mapped", q->qp);
+		return;
+	}
+	job = seg + AS_AT;
+	for (uint64_t round = 0; round < (how == TP_FORGE_GARBAGE ? len : 1); round++) {
+		uint64_t id = (forge_read(job, AS_CLAIM) >> 32) + 1, n, sge_len = len;
+		uint32_t lkey = ep->mr ? ep->mr->lkey : 0;
+		uint64_t w[6 + 8];
+
+		n = (len + AS_CHUNK - 1) / AS_CHUNK;
+		if (how == TP_FORGE_BAD_LKEY)
+			lkey ^= 0x80; /* another tag: no such key */
+		if (how == TP_FORGE_NO_LENGTH)
+			sge_len = len / 2;
+		w[0] = id << 32;
+		w[1] = 0;
+		w[2] = addr;
+		w[3] = rkey << 32 | AS_WRITE | 1;
+		w[4] = len;
+		w[5] = (uint64_t)(uintptr_t)ep->buf;
+		w[6] = sge_len << 32 | lkey;
+		if (how == TP_FORGE_GARBAGE) {
+			/* Now plausible, now not: every word from a xorshift of the round. */
+			for (int k = 0; k < 14; k++) {
+				x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+				w[k] = x;
+			}
+			if (x % 2) {
+				w[2] = addr + (x >> 8) % (1u << 20);
+				w[3] = (x % 4 ? rkey : w[3] >> 32) << 32 | (w[3] & 0x1ff);
+				w[4] = (x >> 16) % (4u << 20);
+				w[5] = (uint64_t)(uintptr_t)ep->buf + (x >> 24) % 4096;
+				w[6] = (x >> 32) % (4u << 20) << 32 | (x % 3 ? lkey : (uint32_t)x);
+			}
+			n = (x >> 40) % 70;
+		}
+		for (int k = 0; k < 5; k++)
+			if (!forge_word(job, AS_DONE + 8 * k, w[k]))
+				return;
+		for (int k = 0; k < (how == TP_FORGE_GARBAGE ? 8 : 2); k++)
+			if (!forge_word(job, AS_SGE + 8 * k, w[5 + k]))
+				return;
+		/* The claim word last: the job is posted. Garbage: any front and back. */
+		if (!forge_word(job, AS_CLAIM, how == TP_FORGE_GARBAGE ?
+					 (x & 0xffffffff00000000ull) | (x >> 8 & 0xff) << 16 | n :
+					 id << 32 | n))
+			return;
+		if (how == TP_FORGE_GARBAGE) {
+			/* Taken or not, go on (the parent's thread looks every millisecond). */
+			(void)forge_wait(job, 0, tu_now_ms() + 20);
+			continue;
+		}
+		if (!forge_wait(job, n, end)) {
+			rep->v = -1;
+			return;
+		}
+		rep->v = forge_read(job, AS_FAILED) == id;
+	}
+}
+
+/*
+ * Plays the helper of our own QP @q->qp: takes the last chunk of the next job a
+ * requester posts on its page, holds it @q->d ms while watching that the last byte of
+ * [@q->a, +@q->b) does not change, then reports the chunk failed and counts it.
+ */
+static void agent_hold_chunk(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *rep)
+{
+	const volatile unsigned char *last = ep->buf + q->a + q->b - 1;
+	unsigned char before;
+	unsigned char *seg = find_segment_of(ep->qp[q->qp]->qp_num, getpid());
+	_Atomic uint64_t *claim, *done, *failed;
+	struct tp_rep watching = { .op = q->op };
+	long long end = tu_now_ms() + (long long)q->e;
+	uint64_t c, old, job;
+
+	if (!seg) {
+		agent_fail(rep, -1, "hold: our QP's segment is not mapped");
+		return;
+	}
+	claim = (_Atomic uint64_t *)(seg + AS_AT + AS_CLAIM);
+	done = (_Atomic uint64_t *)(seg + AS_AT + AS_DONE);
+	failed = (_Atomic uint64_t *)(seg + AS_AT + AS_FAILED);
+	old = atomic_load(claim) >> 32;
+	if (write(agent_sock, &watching, sizeof(watching)) != (ssize_t)sizeof(watching))
+		fail_msg("agent: answer lost (errno %d)", errno);
+	for (;;) {
+		c = atomic_load(claim);
+		if (c >> 32 != old && (c >> 16 & 0xffff) < (c & 0xffff) &&
+		    atomic_compare_exchange_strong(claim, &c, c - 1))
+			break;
+		if (tu_now_ms() > end) {
+			agent_fail(rep, -1, "hold: no job came in %llu ms", (unsigned long long)q->e);
+			return;
+		}
+	}
+	job = c >> 32;
+	before = *last; /* the job's tail comes after our chunk */
+	rep->n = (int32_t)(c & 0xffff) - 1; /* the chunk held */
+	for (end = tu_now_ms() + (long long)q->d; tu_now_ms() < end;)
+		if (*last != before)
+			rep->v = 1; /* the last byte landed while a chunk was out */
+	atomic_store(failed, job);
+	c = atomic_load(done);
+	while (c >> 32 == job && !atomic_compare_exchange_weak(done, &c, c + 1))
+		;
 }
 
 static void agent_faa_burst(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *rep)
@@ -630,6 +816,16 @@ static void agent_do(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *re
 		rep->rc = agent_scribble((uint32_t)q->qp, (int)(q->a & 0xff), (uint32_t)(q->a >> 8),
 					 (uint32_t)q->b);
 		break;
+	case TP_WATCH_LAST:
+		agent_watch_last(ep, q, rep);
+		break;
+	case TP_FORGE_ASSIST:
+		agent_forge_assist(ep, q, rep);
+		break;
+	case TP_HOLD_CHUNK:
+		if (agent_has_qp(ep, qp, rep))
+			agent_hold_chunk(ep, q, rep);
+		break;
 	case TP_DEREG_MR:
 		rep->rc = ibv_dereg_mr(ep->mr);
 		if (!rep->rc)
@@ -664,8 +860,6 @@ static void agent_do(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *re
 		agent_fail(rep, -1, "unknown request %u", q->op);
 	}
 }
-
-static int agent_sock = -1;
 
 static void agent_run(void **state)
 {
@@ -1120,6 +1314,75 @@ int tp_dereg_mr(struct tp_peer *p, bool unmap)
 int tp_scribble(struct tp_peer *p, uint32_t qpn, int how, uint32_t rounds, uint32_t seed)
 {
 	return simple(p, TP_SCRIBBLE, (int)qpn, (uint64_t)how | (uint64_t)rounds << 8, seed);
+}
+
+void tp_watch_last_start(struct tp_peer *p, uint64_t off, uint64_t len, uint32_t seed,
+			 int timeout_ms)
+{
+	struct tp_req *q = new_req(TP_WATCH_LAST, 0);
+
+	q->a = off;
+	q->b = len;
+	q->c = seed;
+	q->d = (uint64_t)timeout_ms;
+	send_req(p, q);
+	recv_rep(p, TP_WATCH_LAST, &rep_buf, TP_WAIT_MS); /* watching */
+	if (rep_buf.msg[0])
+		fail_msg("agent: %s", rep_buf.msg);
+}
+
+long tp_watch_last_result(struct tp_peer *p)
+{
+	/* The agent's own bound comes first: it answers then. */
+	recv_rep(p, TP_WATCH_LAST, &rep_buf, TP_WAIT_MS + 60000);
+	if (rep_buf.msg[0])
+		fail_msg("agent: %s", rep_buf.msg);
+	return (long)rep_buf.v;
+}
+
+void tp_forge_assist_start(struct tp_peer *p, uint32_t qpn, int how, uint64_t addr,
+			   uint32_t rkey, uint64_t len, int timeout_ms)
+{
+	struct tp_req *q = new_req(TP_FORGE_ASSIST, (int)qpn);
+
+	q->a = (uint64_t)how;
+	q->b = addr;
+	q->c = rkey;
+	q->d = len;
+	q->e = (uint64_t)timeout_ms;
+	send_req(p, q);
+}
+
+int tp_forge_assist_result(struct tp_peer *p, int timeout_ms)
+{
+	recv_rep(p, TP_FORGE_ASSIST, &rep_buf, timeout_ms);
+	if (rep_buf.msg[0])
+		fail_msg("agent: %s", rep_buf.msg);
+	return (int)rep_buf.v;
+}
+
+void tp_hold_chunk_start(struct tp_peer *p, int qp, uint64_t off, uint64_t len, int hold_ms,
+			 int timeout_ms)
+{
+	struct tp_req *q = new_req(TP_HOLD_CHUNK, qp);
+
+	q->a = off;
+	q->b = len;
+	q->d = (uint64_t)hold_ms;
+	q->e = (uint64_t)timeout_ms;
+	send_req(p, q);
+	recv_rep(p, TP_HOLD_CHUNK, &rep_buf, TP_WAIT_MS); /* watching */
+	if (rep_buf.msg[0])
+		fail_msg("agent: %s", rep_buf.msg);
+}
+
+int tp_hold_chunk_result(struct tp_peer *p, int *chunk)
+{
+	recv_rep(p, TP_HOLD_CHUNK, &rep_buf, TP_WAIT_MS + 60000);
+	if (rep_buf.msg[0])
+		fail_msg("agent: %s", rep_buf.msg);
+	*chunk = rep_buf.n;
+	return (int)rep_buf.v;
 }
 
 int tp_destroy_qp(struct tp_peer *p, int qp)

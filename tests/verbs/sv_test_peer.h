@@ -269,6 +269,48 @@ int tp_answer(struct tp_peer *p, int timeout_ms);
 enum { TP_SCRIBBLE_EMPTY = 1, TP_SCRIBBLE_GARBAGE = 2 };
 int tp_scribble(struct tp_peer *p, uint32_t qpn, int how, uint32_t rounds, uint32_t seed);
 
+/*
+ * The agent watches the last byte of its buffer's [@off, @off + @len) until it holds
+ * byte @len - 1 of message @seed (tp_pattern), then checks the bytes before it. _start
+ * returns once the agent watches; _result gives the index of the first byte before the
+ * last that was not yet in place when the last one was (-1: none), and fails the test if
+ * the last byte did not come within @timeout_ms.
+ */
+void tp_watch_last_start(struct tp_peer *p, uint64_t off, uint64_t len, uint32_t seed,
+			 int timeout_ms);
+long tp_watch_last_result(struct tp_peer *p);
+
+/*
+ * The agent forges a copy-assist job (src/wire/shm/shm_assist.h) on the page of its
+ * parent's QP @qpn, as if it were the requester of an RDMA WRITE of @len bytes to
+ * (@addr, @rkey) from its own buffer's first @len bytes: @how says what is wrong with
+ * it. It then waits, up to @timeout_ms, for the parent's progress thread to take and
+ * finish every chunk (the parent must keep its library busy meanwhile: _result is
+ * async). _result: 1 if the helper marked the job failed, 0 if not; -1 if the job was
+ * not finished in time. TP_FORGE_GARBAGE posts @len rounds of random words instead.
+ */
+enum {
+	TP_FORGE_VALID = 1,  /* the agent's own lkey and buffer: a legitimate job */
+	TP_FORGE_BAD_LKEY,   /* the agent's lkey with another tag */
+	TP_FORGE_NO_LENGTH,  /* an SGE shorter than the job */
+	TP_FORGE_GARBAGE,    /* random descriptors and claim words */
+};
+void tp_forge_assist_start(struct tp_peer *p, uint32_t qpn, int how, uint64_t addr,
+			   uint32_t rkey, uint64_t len, int timeout_ms);
+int tp_forge_assist_result(struct tp_peer *p, int timeout_ms);
+
+/*
+ * The agent plays the progress thread of its QP @qp as a slow helper: it takes the last
+ * chunk of a copy-assist job a requester posts there (the first it wins a chunk of, within
+ * @timeout_ms; _start returns once it watches), holds it @hold_ms while watching the last
+ * byte of its buffer's [@off, @off + @len), then reports the chunk failed (for the
+ * requester to copy) and counts it. _result: 1 if that last byte changed while the chunk
+ * was held, else 0; *chunk: the chunk it held.
+ */
+void tp_hold_chunk_start(struct tp_peer *p, int qp, uint64_t off, uint64_t len, int hold_ms,
+			 int timeout_ms);
+int tp_hold_chunk_result(struct tp_peer *p, int *chunk);
+
 /* ---- the usual shape: one QP here, one in an agent, connected ----------------------- */
 
 struct tp_pair {
@@ -321,6 +363,9 @@ enum tp_op {
 	TP_MODIFY_STATE,
 	TP_FAA_BURST,
 	TP_SCRIBBLE,
+	TP_WATCH_LAST,
+	TP_FORGE_ASSIST,
+	TP_HOLD_CHUNK,
 	TP_EXIT,
 };
 

@@ -30,7 +30,9 @@
 #ifndef SHM_ASSIST_H
 #define SHM_ASSIST_H
 
+#include <assert.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -52,6 +54,10 @@ struct shm_assist {
 	_Atomic uint64_t len;    /* bytes the chunks cover (the message less its tail) */
 	struct shm_assist_sge sge[SHM_ASSIST_SGE];
 };
+
+static_assert(offsetof(struct shm_assist, len) == 40 && offsetof(struct shm_assist, sge) == 48 &&
+		      sizeof(struct shm_assist_sge) == 16,
+	      "fixed layout (tests forge jobs)");
 
 #define SHM_ASSIST_WRITE 0x100u /* op: RDMA WRITE (the helper pulls); else READ (pushes) */
 

@@ -13,6 +13,7 @@
 
 #include <assert.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "wire/shm/shm_assist.h"
@@ -120,6 +121,7 @@ struct shm_qp_page {
 
 #define SHM_QP_PAGE_SIZE 4096
 static_assert(sizeof(struct shm_qp_page) <= SHM_QP_PAGE_SIZE, "one page");
+static_assert(offsetof(struct shm_qp_page, assist) == 64, "fixed layout (tests forge jobs)");
 
 /* A QP's segment: its page, then its inbound fifo. Peers map exactly this much. */
 #define SHM_QP_SEG_SIZE (SHM_QP_PAGE_SIZE + SHM_FIFO_BYTES)
