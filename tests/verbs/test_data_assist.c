@@ -12,7 +12,10 @@
  * - The target's progress thread takes part (its chunks show on the job word of its QP's
  *   page), and with SOFTVERBS_SHM_ASSIST=0 no job is ever posted.
  * - A WRITE's last byte lands last: the agent, spinning on it, finds every byte before
- *   it in place the moment it changes.
+ *   it in place the moment it changes; with a slow helper (the agent plays one) the last
+ *   bytes wait for its chunk, which the requester copies again when the helper says it
+ *   failed; a helper later than 1 s fails the WRITE (RETRY_EXC_ERR); a helper killed
+ *   while it holds a chunk: QP_FATAL within 1 s and the WRITE flushed.
  * - Forged jobs: a wrong lkey or an SGE shorter than the job land nothing; a range past
  *   the end of an MR lands only what the MR covers; a legitimate job lands; rounds of
  *   random job words leave this process working.
@@ -408,6 +411,45 @@ static void test_helper_too_late_fails_the_write(void **state)
 	tp_pair_stop(x);
 }
 
+/* The helper's process killed while it holds a chunk: our QP fails within 1 s
+ * (IBV_EVENT_QP_FATAL) and the WRITE waiting for that chunk is flushed. */
+static void test_helper_killed_while_holding_a_chunk(void **state)
+{
+	struct tp_pair *x;
+	struct ibv_async_event ev;
+	struct ibv_wc wc;
+	long long t0;
+	uint32_t k;
+	int got = 1;
+
+	if (bounce())
+		skip();
+	x = pair_without_helper(state);
+	tp_hold_chunk_start(&x->peer, x->pq, 0, MIB, 20000, 10 * W);
+	/* WRITE until one does not complete at once: its chunk is held. */
+	for (k = 0; k < 400 && got == 1; k++) {
+		struct tp_wr w = tp_wr1(k, IBV_WR_RDMA_WRITE, 0, MIB);
+
+		w.remote_addr = x->pi.addr;
+		w.rkey = x->pi.rkey;
+		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+		got = tu_poll(x->ep.scq, 1, &wc, 300);
+		if (got == 1)
+			tp_expect_eq(wc.status, IBV_WC_SUCCESS, "status", "a WRITE nobody held");
+	}
+	assert_int_equal(got, 0);
+	t0 = tu_now_ms();
+	tp_kill(&x->peer);
+	if (!tp_wait_async(x->ep.res->ctx, IBV_EVENT_QP_FATAL, 2000, &ev) ||
+	    ev.element.qp != x->ep.qp[x->lq])
+		fail_msg("no IBV_EVENT_QP_FATAL within 2 s of the helper's SIGKILL");
+	if (tu_now_ms() - t0 > 1000)
+		fail_msg("IBV_EVENT_QP_FATAL came %lld ms after the SIGKILL (> 1 s)",
+			 tu_now_ms() - t0);
+	tp_expect_wc(x->ep.scq, k - 1, IBV_WC_WR_FLUSH_ERR, W, NULL);
+	assert_int_equal(tp_ep_close(&x->ep), 0);
+}
+
 /* ---- forged jobs: the agent as a rogue requester ------------------------------------- */
 
 static void expect_zero(const unsigned char *p, size_t len, const char *what)
@@ -517,6 +559,7 @@ int main(int argc, char **argv)
 		T(test_last_byte_lands_last),
 		T(test_tail_waits_for_a_slow_helper),
 		T(test_helper_too_late_fails_the_write),
+		T(test_helper_killed_while_holding_a_chunk),
 		T(test_forged_jobs_land_only_where_keys_allow),
 		T(test_forged_garbage_leaves_us_working),
 		T(test_no_job_when_turned_off),
