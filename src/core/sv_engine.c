@@ -130,6 +130,7 @@ static void atfork_parent(void)
 static void atfork_child(void)
 {
 	sv_qpn_atfork_child();
+	sv_mr_place_after_fork();
 	pthread_mutex_init(&eng.lock, NULL);
 }
 
@@ -703,17 +704,16 @@ static int pass_all(enum pass what, bool *timed)
 				result += sv_qp_progress(qp) + sv_qp_assist(qp);
 				break;
 			case PASS_WORK_UNPOLLED:
-				/* Copy assist is this thread's alone, polled or not. */
+				/* No copy assist: the application spins on this CPU. */
 				if (!polled_since(qp, look))
 					result += sv_qp_progress(qp);
-				result += sv_qp_assist(qp);
 				break;
 			case PASS_ARM:
-				if (!sv_qp_arm(qp))
+				if (!sv_qp_arm(qp, true))
 					result = 0;
 				break;
 			case PASS_ARM_UNPOLLED:
-				if (!polled_since(qp, look) && !sv_qp_arm(qp))
+				if (!polled_since(qp, look) && !sv_qp_arm(qp, false))
 					result = 0;
 				break;
 			case PASS_DISARM:
@@ -737,7 +737,8 @@ static int pass_all(enum pass what, bool *timed)
  * polls move (so their producers make no system call), arms only the others (a QP on a
  * CQ nobody polls, one that places its peer's one-sided operations), and looks every
  * millisecond. Busy polling shows as many polls per wake-up (sv_engine_polls); an
- * application that waits on a channel polls a few times per event.
+ * application that waits on a channel polls a few times per event. Only when not busy
+ * does the thread help peers copy (copy assist): busy, the CPU is the application's.
  */
 enum { BUSY_POLLS = 64 }; /* polls per BUSY_WINDOW_NS that mean "the application spins" */
 #define BUSY_WINDOW_NS 1000000ull

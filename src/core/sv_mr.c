@@ -89,6 +89,43 @@ static void publish(struct sv_mr_entry *slot, const struct sv_mr_entry *e, uint3
 	atomic_store_explicit(&slot->key, key, memory_order_release);
 }
 
+/*
+ * This process's library places data into registered memory itself — the responder's
+ * bounce WRITEs, READ answers, atomics, receives, copy assist — under the read side of
+ * this lock. Removing or changing a slot then takes the write side once: when
+ * ibv_dereg_mr or ibv_rereg_mr returns, nothing that found the old key valid is still
+ * copying, and the owner may unmap the memory (a NIC's driver waits for in-flight DMA
+ * the same way). Writers first: placements cannot starve a deregistration.
+ */
+static pthread_rwlock_t place_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+
+void sv_mr_place_begin(void)
+{
+	pthread_rwlock_rdlock(&place_lock);
+}
+
+void sv_mr_place_end(void)
+{
+	pthread_rwlock_unlock(&place_lock);
+}
+
+void sv_mr_place_after_fork(void)
+{
+	pthread_rwlockattr_t a;
+
+	/* The child has no placing thread; the parent's may have held the read side. */
+	pthread_rwlockattr_init(&a);
+	pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&place_lock, &a);
+	pthread_rwlockattr_destroy(&a);
+}
+
+static void place_fence(void)
+{
+	pthread_rwlock_wrlock(&place_lock);
+	pthread_rwlock_unlock(&place_lock);
+}
+
 int sv_mr_table_add(struct sv_mr_table *t, const struct sv_mr_entry *e, uint32_t *index,
 		    uint32_t *key)
 {
@@ -120,6 +157,7 @@ int sv_mr_table_update(struct sv_mr_table *t, uint32_t index, const struct sv_mr
 			  make_key(index);
 	publish(&t->slots[index], e, *key);
 	pthread_mutex_unlock(&t->lock);
+	place_fence(); /* the old range may be unmapped next */
 	return 0;
 }
 
@@ -184,6 +222,7 @@ void sv_mr_table_remove(struct sv_mr_table *t, uint32_t index)
 	if (index < t->next_free_hint)
 		t->next_free_hint = index;
 	pthread_mutex_unlock(&t->lock);
+	place_fence();
 }
 
 enum sv_access_result sv_mr_check(const struct sv_mr_entry *slots, uint32_t key, uint32_t pd,

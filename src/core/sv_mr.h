@@ -70,10 +70,19 @@ int sv_mr_table_invalidate_mw(struct sv_mr_table *t, uint32_t key, uint32_t pd);
 /* A live slot's contents and key (ibv_import_mr): 0, or -EINVAL if none. */
 int sv_mr_table_read(struct sv_mr_table *t, uint32_t index, struct sv_mr_entry *e,
 		     uint32_t *key);
-/* New contents for a slot (rereg), with a fresh key unless @keep_key. */
+/* New contents for a slot (rereg), with a fresh key unless @keep_key; returns once no
+ * placement through the old contents is copying. */
 int sv_mr_table_update(struct sv_mr_table *t, uint32_t index, const struct sv_mr_entry *e,
 		       bool keep_key, uint32_t *key);
+/* Removes a slot; returns once no placement that found its key valid is copying. */
 void sv_mr_table_remove(struct sv_mr_table *t, uint32_t index);
+
+/* Around this process's placements into registered memory (see sv_mr.c): a slot's
+ * removal or change waits for the placements in progress. Not nested. */
+void sv_mr_place_begin(void);
+void sv_mr_place_end(void);
+/* In a forked child (pthread_atfork): no placement is in progress there. */
+void sv_mr_place_after_fork(void);
 
 /*
  * Checks an access of [addr, addr + len) through @key for @need access rights by a

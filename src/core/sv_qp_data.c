@@ -368,14 +368,14 @@ void sv_qp_recv_posted(struct sv_qp *qp)
 		sv_engine_kick();
 }
 
-bool sv_qp_arm(struct sv_qp *qp)
+bool sv_qp_arm(struct sv_qp *qp, bool assist)
 {
 	if (sv_hint(qp->rnr_held) || sv_hint(qp->rx_poisoned) || !qp->seg)
 		return true; /* what waits there needs a receive (or a RESET), not us */
 	if (!shm_fifo_arm(qp->rx))
 		return false;
 	/* A copy-assist job posted before we armed (shm_fifo_take_armed's other half). */
-	if (shm_assist_pending(&qp->page->assist) && sv_assist_on()) {
+	if (assist && shm_assist_pending(&qp->page->assist) && sv_assist_on()) {
 		shm_fifo_disarm(qp->rx);
 		return false;
 	}

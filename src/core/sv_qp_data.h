@@ -48,8 +48,9 @@ void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state);
 void sv_qp_flush_sq_locked(struct sv_qp *qp); /* caller holds sq.lock */
 void sv_qp_flush_rq_locked(struct sv_qp *qp); /* caller holds rq.lock */
 
-/* The progress thread before sleeping: true if nothing is left to do. */
-bool sv_qp_arm(struct sv_qp *qp);
+/* The progress thread before sleeping: true if nothing is left to do (@assist: a
+ * copy-assist job counts, the thread would help with it). */
+bool sv_qp_arm(struct sv_qp *qp, bool assist);
 void sv_qp_disarm(struct sv_qp *qp);
 /* Work that waits for time to pass (RNR retries, a full peer fifo). */
 bool sv_qp_needs_timer(struct sv_qp *qp);

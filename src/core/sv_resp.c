@@ -623,6 +623,7 @@ int sv_qp_assist(struct sv_qp *qp)
 	 * as failed: its requester copies it, and we do not look at it again. */
 	a = &qp->page->assist;
 	able = assist_possible(qp);
+	sv_mr_place_begin();
 	while (n < 0x10000 && shm_assist_take_back(a, &c)) {
 		uint32_t job = shm_assist_job(c);
 
@@ -631,6 +632,7 @@ int sv_qp_assist(struct sv_qp *qp)
 		shm_assist_count(a, job);
 		n++;
 	}
+	sv_mr_place_end();
 	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
 	return n;
 }
@@ -639,11 +641,15 @@ int sv_resp_rx(struct sv_qp *qp)
 {
 	struct shm_slot *s;
 	uint64_t pos;
+	bool placing;
 	int n = 0;
 
 	if (sv_hint(qp->rx_poisoned) ||
 	    atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
 		return 0;
+	placing = shm_fifo_peek(qp->rx, &pos) != NULL;
+	if (placing)
+		sv_mr_place_begin(); /* a deregistration waits for what follows */
 	while (n < SV_RX_BUDGET && (s = shm_fifo_peek(qp->rx, &pos))) {
 		struct shm_msg m;
 
@@ -661,6 +667,8 @@ int sv_resp_rx(struct sv_qp *qp)
 		shm_fifo_release(qp->rx, m.nslots);
 		n++;
 	}
+	if (placing)
+		sv_mr_place_end();
 	/* An acknowledgement that found the requester's fifo full goes now (cumulative). */
 	if (qp->ack_due != qp->ack_sent && !answer(qp, SHM_OP_ACK, qp->ack_due, 0, 0))
 		qp->ack_sent = qp->ack_due;
