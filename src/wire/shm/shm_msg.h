@@ -4,7 +4,8 @@
  *
  * RDMA WRITE and READ do not appear here: the requester performs them itself with
  * process_vm_writev/readv after checking the target's key table and QP page (true
- * one-sided operations: the target process does nothing). Everything that needs the
+ * one-sided operations: the target application does nothing; its progress thread may
+ * copy part of a large one, shm_assist.h). Everything that needs the
  * target's CPU or its receive queue — SEND, WRITE with immediate (the notification),
  * atomics — is a message, and the responder answers with ACK, ATOMIC_RESP or NAK.
  */
