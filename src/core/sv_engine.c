@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
@@ -70,6 +71,12 @@ static struct {
 } eng = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void *progress_main(void *arg);
+static void serve_sockets(int timeout);
+static uint64_t sv_engine_now_ns(void);
+
+/* Set in the progress thread: it must keep answering attach requests while it waits
+ * for an answer of its own (sv_engine_connect). */
+static _Thread_local bool in_progress_thread;
 static bool local_attach(const struct attach_req *req, struct attach_rep *rep, int fds[3]);
 static struct sv_qp *pin_qp(uint32_t qpn);
 
@@ -285,6 +292,34 @@ static int sock_connect_qpn(uint32_t qpn)
 	return fd;
 }
 
+/*
+ * Waits up to ATTACH_WAIT_MS for the answer on @fd: 0, or -EAGAIN. The progress thread
+ * answers the attach requests that come to this process meanwhile: two processes whose
+ * threads attach to each other at once would otherwise each wait for the other's
+ * answer until the time runs out (a UD datagram between them was lost so).
+ */
+#define ATTACH_WAIT_MS 2000
+static int await_answer(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	uint64_t end = sv_engine_now_ns() + ATTACH_WAIT_MS * 1000000ull;
+
+	for (;;) {
+		uint64_t now = sv_engine_now_ns();
+		int n;
+
+		if (now >= end)
+			return -EAGAIN;
+		n = poll(&p, 1, in_progress_thread ? 1 : (int)((end - now) / 1000000 + 1));
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		if (in_progress_thread)
+			serve_sockets(0);
+	}
+}
+
 static int recv_with_fds(int fd, void *buf, size_t len, int *fds, int n_fds)
 {
 	char cbuf[CMSG_SPACE(sizeof(int) * 4)];
@@ -369,7 +404,9 @@ int sv_engine_connect(struct sv_qp *qp, uint32_t dest_qpn, struct sv_peer **out)
 			err = -errno;
 			goto err_close;
 		}
-		err = recv_with_fds(fd, &rep, sizeof(rep), fds, 3);
+		err = await_answer(fd);
+		if (!err)
+			err = recv_with_fds(fd, &rep, sizeof(rep), fds, 3);
 		if (err)
 			goto err_close;
 	}
@@ -779,6 +816,7 @@ static void *progress_main(void *arg)
 	bool busy = false;
 
 	(void)arg;
+	in_progress_thread = true;
 	for (;;) {
 		bool timed;
 		uint64_t polls, now;

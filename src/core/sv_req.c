@@ -225,6 +225,8 @@ void sv_qp_tx_connect(struct sv_qp *qp)
 			ud_dest_add(qp, peer);
 			peer = NULL;
 		} else if (ud) {
+			sv_dbg("qp %u: qp %u unreachable (%d): the datagram is lost",
+			       qp->ibv.qp_base.qp_num, qpn, err);
 			qp->ud_unreachable = qpn;
 			qp->ud_unreachable_valid = true;
 		} else {

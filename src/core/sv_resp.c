@@ -164,8 +164,13 @@ static enum rx_result rx_send(struct sv_qp *qp, const struct shm_msg *m, uint64_
 			atomic_fetch_add_explicit(&sv_engine_qkey_violations, 1, memory_order_relaxed);
 			return RX_CONSUMED;
 		}
-		if (!take_recv(qp, &qp->rx_recv))
-			return sv_qp_type_reliable(type) ? rnr(qp, m) : RX_CONSUMED; /* UC, UD: dropped */
+		if (!take_recv(qp, &qp->rx_recv)) {
+			if (sv_qp_type_reliable(type))
+				return rnr(qp, m);
+			sv_dbg("qp %u: a message from qp %u dropped: no receive posted",
+			       qp->ibv.qp_base.qp_num, m->src_qpn);
+			return RX_CONSUMED; /* UC, UD: dropped */
+		}
 		sv_set_hint(qp->rnr_held, false);
 		qp->rx_active = true;
 	} else if (!qp->rx_active) {
