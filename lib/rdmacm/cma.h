@@ -123,7 +123,8 @@ struct cma_channel {
 	struct cma_event *head, *tail;
 	int ids;                      /* ids using it */
 	int readers;                  /* threads inside rdma_get_cm_event on it */
-	bool dead;                    /* destroyed; freed when the last reader leaves */
+	bool dead;                    /* destroyed (kept a while: cma_id.c, channel_bury) */
+	bool orphan;                  /* dead and out of the kept ones: the last reader frees */
 };
 
 struct cma_id {

@@ -205,10 +205,41 @@ static struct cma_channel *channel_new(void)
 }
 
 /*
- * Ends @c (under cma_lock). A thread may still be inside rdma_get_cm_event on it (rping
- * destroys the channel its CM thread blocks on, which rdma-core survives because the
- * blocked read never returns): the memory then goes when the last reader leaves.
+ * Destroyed channels, kept a while: a thread may still be inside rdma_get_cm_event on
+ * one (rping destroys the channel its CM thread blocks on, which rdma-core survives
+ * because the blocked read never returns), or enter it just after (rping's CM thread,
+ * late on a loaded machine: it gets EBADF, as a read of the closed descriptor would,
+ * instead of reading freed memory). The oldest goes once CMA_DEAD_KEPT are kept and
+ * nobody is inside it.
  */
+enum { CMA_DEAD_KEPT = 64 };
+static struct cma_channel *dead_channels[CMA_DEAD_KEPT]; /* under cma_lock */
+static unsigned int dead_next;
+
+static void channel_bury(struct cma_channel *c)
+{
+	struct cma_channel *old = dead_channels[dead_next];
+
+	if (old && !old->readers)
+		free(old);
+	else if (old)
+		old->orphan = true; /* its last reader frees it */
+	dead_channels[dead_next] = c;
+	dead_next = (dead_next + 1) % CMA_DEAD_KEPT;
+}
+
+__attribute__((destructor)) static void dead_channels_free(void)
+{
+	pthread_mutex_lock(&cma_lock);
+	for (unsigned int i = 0; i < CMA_DEAD_KEPT; i++) {
+		if (dead_channels[i] && !dead_channels[i]->readers)
+			free(dead_channels[i]);
+		dead_channels[i] = NULL;
+	}
+	pthread_mutex_unlock(&cma_lock);
+}
+
+/* Ends @c (under cma_lock). */
 static void channel_free(struct cma_channel *c)
 {
 	struct cma_event *e, *next;
@@ -220,8 +251,7 @@ static void channel_free(struct cma_channel *c)
 	c->head = c->tail = NULL;
 	close(c->ch.fd);
 	c->dead = true;
-	if (!c->readers)
-		free(c);
+	channel_bury(c);
 }
 
 struct rdma_event_channel *rdma_create_event_channel(void)
@@ -362,7 +392,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 		}
 	}
 	/* Under cma_lock here. */
-	if (--c->readers == 0 && c->dead)
+	if (--c->readers == 0 && c->orphan)
 		free(c);
 	pthread_mutex_unlock(&cma_lock);
 	if (!e)

@@ -36,10 +36,21 @@ mckey_pair() {
   fi
 }
 
-# cm_pair NAME PORT ADDR "SERVER ARGS" "CLIENT ARGS" [stop]: like pair, with separate
-# argument lists; "stop" ends a server that never exits once the client is done.
+# late_cm LOG STATUS: rping's race at exit. Its main thread destroys the event channel
+# its CM thread reads, never joining that thread: if the thread comes back to
+# rdma_get_cm_event only after the destruction (a loaded machine), it gets EBADF — as
+# with rdma-core, whose read of the closed descriptor fails the same way — prints this
+# and exits 255 after the last ping.
+late_cm() {
+  [ "$2" -eq 255 ] && [ "$(tail -n 1 "$1")" = "rdma_get_cm_event: Bad file descriptor" ]
+}
+
+# cm_pair NAME PORT ADDR "SERVER ARGS" "CLIENT ARGS" [stop|-] [late-cm]: like pair, with
+# separate argument lists; "stop" ends a server that never exits once the client is
+# done; "late-cm" accepts rping's race at exit (late_cm) on either side.
 cm_pair() {
-  local name=$1 port=$2 addr=$3 srv_args=$4 cli_args=$5 stop=${6:-}
+  local name=$1 port=$2 addr=$3 srv_args=$4 cli_args=$5 stop=${6:-} late=${7:-}
+  [ "$stop" = - ] && stop=
   # shellcheck disable=SC2086
   timeout 60 "$SV" run $srv_args >"$TMP/$name.srv" 2>&1 &
   local srv=$!
@@ -54,6 +65,14 @@ cm_pair() {
   else
     wait $srv
     local src=$?
+  fi
+  if [ -n "$late" ] && late_cm "$TMP/$name.cli" $crc; then
+    echo "note: $name ($addr): the client's CM thread came back after its channel was destroyed (rping's race at exit)"
+    crc=0
+  fi
+  if [ -n "$late" ] && late_cm "$TMP/$name.srv" $src; then
+    echo "note: $name ($addr): the server's CM thread came back after its channel was destroyed (rping's race at exit)"
+    src=0
   fi
   check "$name ($addr): client exits 0" test $crc -eq 0
   check "$name ($addr): server exits 0" test $src -eq 0
@@ -71,7 +90,7 @@ fi
 for A in 127.0.0.1 ${ipv6:+::1}; do
   tag=${A//[:.]/_}
   cm_pair rping_$tag 17174 $A "rping -s -a $A -p 17174 -C 1000 -v" \
-    "rping -c -a $A -p 17174 -C 1000 -v"
+    "rping -c -a $A -p 17174 -C 1000 -v" - late-cm
   check "rping ($A): client's 1000th ping" contains "$TMP/rping_$tag.cli" "ping data: rdma-ping-999:"
   # (rping's threads share stdout unsynchronised: the server's line prefix can be torn)
   check "rping ($A): server's 1000th ping" contains "$TMP/rping_$tag.srv" "ping data: rdma-ping-999:"

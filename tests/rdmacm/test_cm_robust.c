@@ -24,6 +24,8 @@
  *   plain TCP peer that then sends a wrong RTU, or none, ends in CONNECT_ERROR.
  * - The active side against a TCP server that is not softverbs: an MPA reject is REJECTED
  *   28, anything else CONNECT_ERROR / UNREACHABLE at once; the QP is in ERR.
+ * - rdma_get_cm_event on a channel destroyed just before (rping's CM thread at exit): -1 /
+ *   EBADF, no read of freed memory.
  * - Destroying an id drops its unread events (nothing left to poll); destroying a listener
  *   rejects its unread requests, closes its waiting connections and leaves its established
  *   ones alone. 32 connections at once, 1,000 in a row: no fd or memory growth.
@@ -2173,6 +2175,33 @@ static void test_connect_disconnect_1000_cycles(void **state)
 		fail_msg("%d cycles took %lld ms", CYCLES, ms);
 }
 
+/*
+ * rping's race at exit: its main thread destroys the event channel its CM thread reads.
+ * A reader that comes back only after that gets -1 / EBADF (rdma-core's read of the
+ * closed descriptor fails so), from memory still valid: under ASan a read of the freed
+ * channel would be reported. Destroying many more channels in between changes nothing.
+ */
+static void test_get_event_after_channel_destroyed(void **state)
+{
+	struct rdma_event_channel *late[3];
+	struct rdma_cm_event *ev;
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		late[i] = rdma_create_event_channel();
+		assert_non_null(late[i]);
+		rdma_destroy_event_channel(late[i]);
+		EXPECT_ERRNO(rdma_get_cm_event(late[i], &ev), EBADF);
+	}
+	for (int i = 0; i < 10; i++) {
+		struct rdma_event_channel *c = rdma_create_event_channel();
+
+		assert_non_null(c);
+		rdma_destroy_event_channel(c);
+	}
+	EXPECT_ERRNO(rdma_get_cm_event(late[2], &ev), EBADF);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -2193,6 +2222,7 @@ int main(int argc, char **argv)
 		T(test_garbage_is_dropped),
 		T(test_silent_connections_dropped),
 		T(test_destroyed_id_leaves_nothing_to_read),
+		T(test_get_event_after_channel_destroyed),
 		T(test_listener_destroyed_rejects_unread_request),
 		T(test_listener_destroyed_children_carry_on),
 		T(test_foreign_listener_answers),
