@@ -642,6 +642,14 @@ int sv_qp_assist(struct sv_qp *qp)
 	return n;
 }
 
+/* Whether handling @op copies into or out of registered memory (sv_mr_place_begin):
+ * everything but the bare answers and notifications. */
+static bool op_places(uint8_t op)
+{
+	return op != SHM_OP_ACK && op != SHM_OP_NAK && op != SHM_OP_RNR &&
+	       op != SHM_OP_WRITE_IMM && op != SHM_OP_ACCESS_ERR;
+}
+
 int sv_resp_rx(struct sv_qp *qp)
 {
 	struct shm_slot *s;
@@ -652,9 +660,7 @@ int sv_resp_rx(struct sv_qp *qp)
 	if (sv_hint(qp->rx_poisoned) ||
 	    atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
 		return 0;
-	placing = shm_fifo_peek(qp->rx, &pos) != NULL;
-	if (placing)
-		sv_mr_place_begin(); /* a deregistration waits for what follows */
+	placing = false;
 	while (n < SV_RX_BUDGET && (s = shm_fifo_peek(qp->rx, &pos))) {
 		struct shm_msg m;
 
@@ -666,6 +672,10 @@ int sv_resp_rx(struct sv_qp *qp)
 			sv_set_hint(qp->rx_poisoned, true);
 			sv_qp_fail(qp, IBV_EVENT_QP_FATAL);
 			break;
+		}
+		if (!placing && op_places(m.op)) {
+			sv_mr_place_begin(); /* a deregistration waits for what follows */
+			placing = true;
 		}
 		if (rx_one(qp, &m, pos) == RX_HOLD)
 			break;
