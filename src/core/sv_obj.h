@@ -205,6 +205,7 @@ struct sv_qp {
 	atomic_bool peer_local;       /* ... and it is a QP of this process */
 	atomic_bool connect_pending;  /* in RTR or later, but the peer was not found yet */
 	bool want_connect;            /* transmit waits for an attach to want_qpn */
+	bool connecting;              /* a thread is attaching (sv_qp_tx_connect) */
 	uint32_t want_qpn;
 	bool ud_unreachable_valid;    /* UD: the last attach, to ud_unreachable, failed */
 	uint32_t ud_unreachable;

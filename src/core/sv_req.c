@@ -209,15 +209,19 @@ void sv_qp_tx_connect(struct sv_qp *qp)
 
 	sv_spin_lock(&qp->sq.lock);
 	qpn = qp->want_qpn;
-	if (!qp->want_connect) {
+	/* One thread attaches at a time (the poster, or the progress thread): a second
+	 * attach to the same QP would only be undone. */
+	if (!qp->want_connect || qp->connecting) {
 		pthread_spin_unlock(&qp->sq.lock);
 		return;
 	}
+	qp->connecting = true;
 	pthread_spin_unlock(&qp->sq.lock);
 	err = sv_engine_connect(qp, qpn, &peer);
 	/* qp->peer changes under both rx_busy and sq.lock (the responder reads it). */
 	sv_rx_lock(qp);
 	sv_spin_lock(&qp->sq.lock);
+	qp->connecting = false;
 	/* Still wanted? (a reset in between forgets the wish) */
 	if (qp->want_connect && qp->want_qpn == qpn) {
 		qp->want_connect = false;
