@@ -42,11 +42,10 @@ static unsigned char *payload_at(struct shm_fifo *f, uint64_t pos, uint32_t off)
 }
 
 /* Bytes from @off to the end of the ring's memory (the payload wraps there). */
-static uint32_t contiguous(struct shm_fifo *f, uint64_t pos, uint32_t off)
+static uint32_t contiguous(uint64_t pos, uint32_t off)
 {
 	uint64_t slot = (pos + 1 + off / SHM_SLOT_SIZE) & (SHM_FIFO_SLOTS - 1);
 
-	(void)f;
 	return (uint32_t)((SHM_FIFO_SLOTS - slot) * SHM_SLOT_SIZE - off % SHM_SLOT_SIZE);
 }
 
@@ -55,7 +54,7 @@ void shm_fifo_put(struct shm_fifo *f, uint64_t pos, uint32_t off, const void *sr
 	const unsigned char *p = src;
 
 	while (len) {
-		uint32_t n = contiguous(f, pos, off);
+		uint32_t n = contiguous(pos, off);
 
 		if (n > len)
 			n = len;
@@ -71,7 +70,7 @@ void shm_fifo_get(struct shm_fifo *f, uint64_t pos, uint32_t off, void *dst, uin
 	unsigned char *p = dst;
 
 	while (len) {
-		uint32_t n = contiguous(f, pos, off);
+		uint32_t n = contiguous(pos, off);
 
 		if (n > len)
 			n = len;
@@ -98,14 +97,6 @@ bool shm_fifo_take_armed(struct shm_fifo *f)
 	if (atomic_load_explicit(&f->armed, memory_order_relaxed))
 		return atomic_exchange_explicit(&f->armed, 0, memory_order_relaxed) != 0;
 	return false;
-}
-
-bool shm_fifo_publish_run(struct shm_fifo *f, uint64_t pos, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++)
-		atomic_store_explicit(&shm_fifo_slot(f, pos + i)->seq, pos + i + 1,
-				      memory_order_release);
-	return shm_fifo_take_armed(f);
 }
 
 void shm_fifo_release(struct shm_fifo *f, uint32_t n)

@@ -79,8 +79,6 @@ void shm_fifo_put(struct shm_fifo *f, uint64_t pos, uint32_t off, const void *sr
 
 /* Publishes the message at @pos. Returns true if the consumer must be woken. */
 bool shm_fifo_publish(struct shm_fifo *f, uint64_t pos);
-/* Publishes @n one-slot messages at pos .. pos + n - 1 (one fence for all). */
-bool shm_fifo_publish_run(struct shm_fifo *f, uint64_t pos, uint32_t n);
 /* After publishing something else the consumer looks at when it wakes (a copy-assist
  * job): true if it sleeps and must be woken. */
 bool shm_fifo_take_armed(struct shm_fifo *f);
