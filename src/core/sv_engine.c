@@ -78,7 +78,6 @@ static uint64_t sv_engine_now_ns(void);
  * for an answer of its own (sv_engine_connect). */
 static _Thread_local bool in_progress_thread;
 static bool local_attach(const struct attach_req *req, struct attach_rep *rep, int fds[3]);
-static struct sv_qp *pin_qp(uint32_t qpn);
 
 static int watch(struct link *l)
 {
@@ -484,7 +483,7 @@ void sv_engine_disconnect(struct sv_peer *peer)
 		return;
 	if (peer->sock < 0) {
 		/* A QP of this process: tell it directly that we left. */
-		struct sv_qp *qp = pin_qp(peer->qpn);
+		struct sv_qp *qp = sv_engine_pin_qp(peer->qpn);
 
 		if (qp) {
 			sv_qp_peer_lost(qp, peer->our_qpn, false);
@@ -602,8 +601,7 @@ static bool local_attach(const struct attach_req *req, struct attach_rep *rep, i
 	return local;
 }
 
-/* A pinned QP by number, or NULL. */
-static struct sv_qp *pin_qp(uint32_t qpn)
+struct sv_qp *sv_engine_pin_qp(uint32_t qpn)
 {
 	struct sv_qp *qp;
 
@@ -613,11 +611,6 @@ static struct sv_qp *pin_qp(uint32_t qpn)
 		atomic_fetch_add(&qp->eng_ref, 1);
 	pthread_mutex_unlock(&eng.lock);
 	return qp;
-}
-
-struct sv_qp *sv_engine_pin_qp(uint32_t qpn)
-{
-	return pin_qp(qpn);
 }
 
 void sv_engine_unpin_qp(struct sv_qp *qp)
@@ -676,7 +669,7 @@ static void handle_link(struct link *l, uint32_t events)
 			struct sv_qp *qp;
 
 			pthread_mutex_unlock(&eng.lock);
-			qp = pin_qp(our);
+			qp = sv_engine_pin_qp(our);
 			if (qp) {
 				sv_qp_peer_lost(qp, peer, fatal);
 				atomic_fetch_sub(&qp->eng_ref, 1);

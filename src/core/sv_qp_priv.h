@@ -94,6 +94,13 @@ static inline bool sv_pkey_match(uint32_t a, uint32_t b)
 	return (a & 0x7fff) && (a & 0x7fff) == (b & 0x7fff) && ((a | b) & 0x8000);
 }
 
+/* Whether a QP in state @st takes requests in: from RTR on, SQ Error included (IBA
+ * 10.3.1). */
+static inline bool sv_qp_state_receives(uint32_t st)
+{
+	return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
+}
+
 /* The slots the message @m heads, or 0 if the peer wrote a count no message has (a
  * protocol violation: the QP fails rather than consume what follows as messages). */
 static inline uint32_t sv_msg_slots(const struct shm_msg *m)

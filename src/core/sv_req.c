@@ -62,10 +62,7 @@ static enum ibv_wc_status wqe_iov(struct sv_qp *qp, struct sv_send_wqe *w, uint3
 
 static bool peer_ready(const struct sv_peer *peer)
 {
-	uint32_t st = atomic_load_explicit(&peer->page->state, memory_order_acquire);
-
-	/* The receive side works from RTR on, SQ Error included (IBA 10.3.1). */
-	return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
+	return sv_qp_state_receives(atomic_load_explicit(&peer->page->state, memory_order_acquire));
 }
 
 /* IBA 10.9.3: would @peer's QP accept our packets? It drops the others, silently, and

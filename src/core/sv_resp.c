@@ -608,10 +608,9 @@ static bool assist_chunk(struct sv_qp *qp, struct sv_peer *peer, struct shm_assi
 static bool assist_possible(struct sv_qp *qp)
 {
 	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
-	uint32_t st = atomic_load_explicit(&qp->page->state, memory_order_relaxed);
 
 	return qp->peer && qp->peer->cma && (type == IBV_QPT_RC || type == IBV_QPT_UC) &&
-	       (st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE);
+	       sv_qp_state_receives(atomic_load_explicit(&qp->page->state, memory_order_relaxed));
 }
 
 int sv_qp_assist(struct sv_qp *qp)
