@@ -653,13 +653,12 @@ int sv_resp_rx(struct sv_qp *qp)
 {
 	struct shm_slot *s;
 	uint64_t pos;
-	bool placing;
+	bool placing = false;
 	int n = 0;
 
 	if (sv_hint(qp->rx_poisoned) ||
 	    atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
 		return 0;
-	placing = false;
 	while (n < SV_RX_BUDGET && (s = shm_fifo_peek(qp->rx, &pos))) {
 		struct shm_msg m;
 
