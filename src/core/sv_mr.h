@@ -25,6 +25,7 @@ static inline uint32_t sv_mr_key_index(uint32_t key)
 }
 
 enum { SV_MR_F_MW = 1 }; /* sv_mr_entry.flags: a memory window */
+enum { SV_MR_ACCESS_ON_DEMAND = 1 << 6 }; /* IBV_ACCESS_ON_DEMAND, kept in .access */
 
 struct sv_mr_entry {
 	_Atomic uint32_t key; /* 0 = free slot; written last, cleared first */
@@ -89,6 +90,13 @@ void sv_mr_place_after_fork(void);
  * QP of PD @pd. On success *vaddr is where addr lives in the owner's address space.
  * need == 0 is a local read, which every MR allows.
  */
+/* Whether the MR behind @key, which sv_mr_check() has just accepted, is on demand
+ * (IBV_ACCESS_ON_DEMAND: its pages need not be there; sv_mem_accessible() says). */
+static inline bool sv_mr_on_demand(const struct sv_mr_entry *slots, uint32_t key)
+{
+	return slots[sv_mr_key_index(key)].access & SV_MR_ACCESS_ON_DEMAND;
+}
+
 enum sv_access_result sv_mr_check(const struct sv_mr_entry *slots, uint32_t key, uint32_t pd,
 				  uint32_t need, uint64_t addr, uint64_t len, uint64_t *vaddr);
 

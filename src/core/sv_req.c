@@ -10,6 +10,7 @@
 #include "core/sv_qp_priv.h"
 #include "util/sv_lock.h"
 #include "util/sv_log.h"
+#include "util/sv_mem.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* requester                                                                                */
@@ -29,6 +30,11 @@ static enum ibv_wc_status local_iov(struct sv_qp *qp, const struct sv_send_wqe *
 		if (!sge->length)
 			continue;
 		if (sv_mr_check(slots, sge->lkey, qp->pd->handle, need, sge->addr, sge->length, &va))
+			return IBV_WC_LOC_PROT_ERR;
+		/* On demand: the pages must be there to read, or to write for a READ's or an
+		 * atomic's result, or the copy would fault (a NIC's page fault fails the WR). */
+		if (sv_mr_on_demand(slots, sge->lkey) &&
+		    !sv_mem_accessible(va, sge->length, need & IBV_ACCESS_LOCAL_WRITE))
 			return IBV_WC_LOC_PROT_ERR;
 		iov[*n_iov].iov_base = (void *)(uintptr_t)va;
 		iov[*n_iov].iov_len = sge->length;
@@ -742,6 +748,32 @@ static enum tx_result tx_atomic(struct sv_qp *qp, struct sv_peer *peer, struct s
 }
 
 /*
+ * The status of a WR whose message reaches nobody (UD to an unreachable QP or into
+ * another partition, UC with no peer or across partitions, RC with no peer): @lost, once
+ * its local buffers pass the gather's checks. IBA 10.6.3: the L_Key is checked when the
+ * requester reads the data, so a bad SGE fails the WR whether or not anyone would have
+ * received it.
+ */
+static enum ibv_wc_status lost_status(struct sv_qp *qp, struct sv_send_wqe *w,
+				      enum ibv_wc_status lost)
+{
+	bool local_write = w->opcode == IBV_WR_RDMA_READ ||
+			   w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+			   w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+	struct iovec iov[SV_IOV_MAX];
+	enum ibv_wc_status st;
+	uint64_t total;
+	int n_iov;
+
+	st = wqe_iov(qp, w, local_write ? IBV_ACCESS_LOCAL_WRITE : 0, iov, &n_iov, &total);
+	if (st)
+		return st;
+	if (qp->ibv.qp_base.qp_type == IBV_QPT_UD && total > 4096)
+		return IBV_WC_LOC_LEN_ERR; /* as tx_send: one packet of the path MTU */
+	return lost;
+}
+
+/*
  * A UD send to a multicast group (QPN 0xFFFFFF, a multicast GID, IBA 10.5.2.5): one copy
  * to each QP of this host attached to the group, the members listed once per WQE. The
  * WQE completes when every member has its copy (or could not be reached: UD loses it).
@@ -749,7 +781,14 @@ static enum tx_result tx_atomic(struct sv_qp *qp, struct sv_peer *peer, struct s
 static enum tx_result tx_mcast(struct sv_qp *qp, struct sv_send_wqe *w)
 {
 	if (!qp->mc_valid) {
-		int n = sv_mcast_members(&w->ud.dgid, qp->mc_qpn, SV_MCAST_MEMBERS_MAX);
+		enum ibv_wc_status st = lost_status(qp, w, IBV_WC_SUCCESS);
+		int n;
+
+		if (st) { /* checked once, whether or not the group has members */
+			sv_wqe_done(w, st);
+			return TX_DONE;
+		}
+		n = sv_mcast_members(&w->ud.dgid, qp->mc_qpn, SV_MCAST_MEMBERS_MAX);
 
 		qp->mc_n = n > 0 ? n : 0;
 		qp->mc_next = 0;
@@ -823,7 +862,7 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 		if (unreachable || (peer && !partition_ok(qp, peer))) {
 			/* UD is unreliable: a datagram to nobody, or to another partition, is
 			 * simply lost. */
-			sv_wqe_done(w, IBV_WC_SUCCESS);
+			sv_wqe_done(w, lost_status(qp, w, IBV_WC_SUCCESS));
 			return TX_DONE;
 		}
 		return peer ? tx_send(qp, peer, w, false) : TX_BLOCKED;
@@ -848,7 +887,8 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 	if (!peer) {
 		/* RC: nobody answers, the transport retries run out (IBA 9.7.5.1.1).
 		 * UC: nobody acknowledges anything; the message is lost. */
-		sv_wqe_done(w, sv_qp_type_reliable(type) ? IBV_WC_RETRY_EXC_ERR : IBV_WC_SUCCESS);
+		sv_wqe_done(w, lost_status(qp, w, sv_qp_type_reliable(type) ?
+						  IBV_WC_RETRY_EXC_ERR : IBV_WC_SUCCESS));
 		return TX_DONE;
 	}
 	if (!peer_ready(peer))
@@ -856,7 +896,8 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 	if (!partition_ok(qp, peer)) {
 		/* The responder drops every packet (IBA 10.9.3): RC's retries run out, UC's
 		 * message is lost. A NIC would retry for timeout x retry_cnt first. */
-		sv_wqe_done(w, sv_qp_type_reliable(type) ? IBV_WC_RETRY_EXC_ERR : IBV_WC_SUCCESS);
+		sv_wqe_done(w, lost_status(qp, w, sv_qp_type_reliable(type) ?
+						  IBV_WC_RETRY_EXC_ERR : IBV_WC_SUCCESS));
 		return TX_DONE;
 	}
 	switch (w->opcode) {

@@ -11,6 +11,7 @@
 #include "core/sv_cq.h"
 #include "core/sv_qp_priv.h"
 #include "util/sv_log.h"
+#include "util/sv_mem.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* responder                                                                                */
@@ -99,6 +100,11 @@ static enum ibv_wc_status recv_iov(struct sv_qp *qp, const struct ibv_sge *sges,
 			continue;
 		if (sv_mr_check(slots, sges[i].lkey, qp->rx_dst.pd, IBV_ACCESS_LOCAL_WRITE,
 				sges[i].addr, sges[i].length, &va))
+			return IBV_WC_LOC_PROT_ERR;
+		/* On demand: the pages must be there to be written (a receive into a hole or
+		 * a protected page fails; the copy would fault). */
+		if (sv_mr_on_demand(slots, sges[i].lkey) &&
+		    !sv_mem_accessible(va, sges[i].length, true))
 			return IBV_WC_LOC_PROT_ERR;
 		iov[*n_iov].iov_base = (void *)(uintptr_t)va;
 		iov[(*n_iov)++].iov_len = sges[i].length;
@@ -236,19 +242,6 @@ static enum rx_result refuse(struct sv_qp *qp, const struct shm_msg *m, enum ibv
 	return RX_CONSUMED;
 }
 
-/*
- * Whether the pages of [va, va + len) are still mapped: their owner may have unmapped
- * memory it registered, and an on-demand MR may cover memory never mapped. Copying
- * there would fault where a NIC reports a remote access error. One system call for the
- * whole range (msync validates it; MS_ASYNC does nothing else to anonymous memory).
- */
-static bool still_mapped(uint64_t va, uint64_t len, uint64_t page)
-{
-	uint64_t lo = va & ~(page - 1), hi = (va + len + page - 1) & ~(page - 1);
-
-	return !len || !msync((void *)(uintptr_t)lo, hi - lo, MS_ASYNC);
-}
-
 static uint64_t page_size(void)
 {
 	return (uint64_t)sysconf(_SC_PAGESIZE); /* glibc keeps it: no system call */
@@ -269,7 +262,11 @@ static bool rdma_key_ok(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t
 static bool rdma_allowed(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len,
 			 uint32_t need, uint64_t *va)
 {
-	return rdma_key_ok(qp, rkey, addr, len, need, va) && still_mapped(*va, len, page_size());
+	/* The owner may have unmapped or protected memory it registered, and an on-demand
+	 * MR may cover pages never mapped: copying there would fault where a NIC reports a
+	 * remote access error. */
+	return rdma_key_ok(qp, rkey, addr, len, need, va) &&
+	       sv_mem_accessible(*va, len, need != IBV_ACCESS_REMOTE_READ);
 }
 
 /* Bounce copy: a piece of an RDMA WRITE, placed by us. */
@@ -327,7 +324,7 @@ static enum rx_result rx_writes(struct sv_qp *qp, const struct shm_msg *m, uint6
 			continue; /* IBA 9.4.x: a zero-length WRITE checks no key */
 		ok = rdma_key_ok(qp, r.rkey, r.addr, r.len, IBV_ACCESS_REMOTE_WRITE, &va);
 		if (ok && (va < ok_lo || va + r.len > ok_hi)) {
-			ok = still_mapped(va, r.len, page);
+			ok = sv_mem_accessible(va, r.len, true);
 			ok_lo = va & ~(page - 1);
 			ok_hi = ok ? (va + r.len + page - 1) & ~(page - 1) : 0;
 		}
@@ -383,7 +380,6 @@ static enum rx_result rx_atomic(struct sv_qp *qp, const struct shm_msg *m)
 {
 	uint64_t va, orig;
 	enum sv_access_result a;
-	struct iovec probe_l, probe_r;
 
 	if (!qp->peer)
 		return RX_CONSUMED;
@@ -397,10 +393,9 @@ static enum rx_result rx_atomic(struct sv_qp *qp, const struct shm_msg *m)
 		sv_qp_fail(qp, IBV_EVENT_QP_REQ_ERR);
 		return RX_CONSUMED;
 	}
-	/* The page must still be there: the owner may have unmapped it (no crash). */
-	probe_l = (struct iovec){ .iov_base = &orig, .iov_len = 8 };
-	probe_r = (struct iovec){ .iov_base = (void *)(uintptr_t)va, .iov_len = 8 };
-	if (a == SV_ACCESS_OK && process_vm_readv(getpid(), &probe_l, 1, &probe_r, 1, 0) != 8)
+	/* The page must still be there, writable: the owner may have unmapped or protected
+	 * it, or an on-demand MR never had it (no crash). */
+	if (a == SV_ACCESS_OK && !sv_mem_accessible(va, 8, true))
 		a = SV_ACCESS_OUT_OF_RANGE;
 	if (a != SV_ACCESS_OK) {
 		if (answer(qp, SHM_OP_NAK, m->msn, IBV_WC_REM_ACCESS_ERR, 0))
