@@ -138,7 +138,8 @@ def table(results, exclude, seconds, when):
         '(%s, %d tests in %.1f s). "Skipped" is the suite\'s own decision, with its own' % (
             when, len(results), seconds),
         'reason; "excluded" tests fail here and are listed, with why, in',
-        '`tests/pyverbs/exclude.txt`.',
+        '`tests/pyverbs/exclude.txt`. Every run is held to `tests/pyverbs/baseline.txt`, the',
+        'same results test by test.',
         '',
         '| module | passed | skipped (the suite\'s reason) | excluded (why) | failed |',
         '| --- | --- | --- | --- | --- |',
@@ -269,7 +270,7 @@ def judge(base, results, ran, status, exclude, shim_down, hugepages):
     tolerated = {'shim': [], 'hugepages': [], 'shim-skip': []}
     if not results:
         problems.append('no test results in the report: the suite did not start '
-                        '(its output is below)')
+                        '(its output is above)')
     elif len(results) < FEW * len(base):
         problems.append('only %d results for the %d tests of the baseline: the suite did '
                         'not run to the end' % (len(results), len(base)))
