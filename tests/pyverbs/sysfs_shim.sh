@@ -79,9 +79,14 @@ fi
 
 # Inside the new mount namespace.
 mounted=
+real=
 fail() {
 	if [ -n "$mounted" ]; then
 		umount -l /sys/class 2>/dev/null || true
+	fi
+	if [ -n "$real" ]; then
+		umount -l "$real" 2>/dev/null
+		rmdir "$real" 2>/dev/null
 	fi
 	fallback "$1 (in a ${SV_SYSFS_SHIM_ROUTE:-mount namespace})"
 }
@@ -102,9 +107,11 @@ umount -l "$real" 2>/dev/null && rmdir "$real" 2>/dev/null
 route=${SV_SYSFS_SHIM_ROUTE:-mount namespace}
 if [ "${SV_SYSFS_SHIM_NO_HUGEPAGES:-}" = 1 ]; then
 	hp=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
-	zero=$(mktemp) && echo 0 >"$zero" || fail "mktemp"
-	if [ -e "$hp" ]; then
-		mount --bind "$zero" "$hp" || fail "mount --bind over $hp"
+	zero=$(mktemp) || fail "mktemp"
+	echo 0 >"$zero"
+	if [ -e "$hp" ] && ! mount --bind "$zero" "$hp"; then
+		rm -f "$zero"
+		fail "mount --bind over $hp"
 	fi
 	rm -f "$zero"
 	route="$route, huge pages hidden"
