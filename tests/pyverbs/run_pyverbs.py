@@ -27,7 +27,8 @@ fail the run: raise the baseline.
 pages hidden, both through the shim's switches) to learn which passes need the shim or
 the huge pages, and rewrites the baseline; it refuses a run that is not clean. Review the
 diff by hand. --selftest checks the comparison itself on made-up results (no suite).
-With --update-docs FILE it rewrites the part of FILE between the pyverbs markers with
+SV_SYSFS_SHIM=off in the environment runs the suite without the shim (its fallback, to
+see what a machine without namespaces gets). With --update-docs FILE it rewrites the part of FILE between the pyverbs markers with
 the per-module table.
 
 usage: run_pyverbs.py --build BUILD_DIR [--baseline FILE] [--update-baseline]
@@ -401,6 +402,12 @@ def run_suite(args, work, extra_env=None):
         os.unlink(status_file)
     env = dict(os.environ)
     env.setdefault('SOFTVERBS_LOG', 'error')
+    # The shim's own markers: only SV_SYSFS_SHIM=off may come from the caller.
+    for k in ('SV_SYSFS_SHIM_UID', 'SV_SYSFS_SHIM_GID', 'SV_SYSFS_SHIM_ROUTE',
+              'SV_SYSFS_SHIM_NO_HUGEPAGES'):
+        env.pop(k, None)
+    if env.get('SV_SYSFS_SHIM') != 'off':
+        env.pop('SV_SYSFS_SHIM', None)
     env.update(extra_env or {})
     env['SV_SYSFS_SHIM_STATUS'] = status_file
     sv = os.path.join(os.path.abspath(args.build), 'bin', 'softverbs')

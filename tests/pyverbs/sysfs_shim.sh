@@ -37,10 +37,14 @@ status() {
 }
 
 # Runs COMMAND with the caller's own ids: through the nested user namespace on route 2.
+# None of the shim's variables reach COMMAND (one run under another must not think it
+# is already inside).
 run() {
-	if [ -n "${SV_SYSFS_SHIM_UID:-}" ]; then
-		exec unshare --user --map-user="$SV_SYSFS_SHIM_UID" \
-			--map-group="$SV_SYSFS_SHIM_GID" -- "$@"
+	local uid=${SV_SYSFS_SHIM_UID:-} gid=${SV_SYSFS_SHIM_GID:-}
+	unset SV_SYSFS_SHIM SV_SYSFS_SHIM_UID SV_SYSFS_SHIM_GID SV_SYSFS_SHIM_ROUTE \
+		SV_SYSFS_SHIM_STATUS SV_SYSFS_SHIM_NO_HUGEPAGES
+	if [ -n "$uid" ]; then
+		exec unshare --user --map-user="$uid" --map-group="$gid" -- "$@"
 	fi
 	exec "$@"
 }
