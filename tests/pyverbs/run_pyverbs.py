@@ -1,18 +1,40 @@
 #!/usr/bin/python3
-"""Runs rdma-core's own test suite (pyverbs) unmodified on softverbs.
+"""Runs rdma-core's own test suite (pyverbs) unmodified on softverbs, against a baseline.
 
 Copies Debian's suite (python3-pyverbs: /usr/share/doc/rdma-core/tests) into a
 temporary folder, unzips what Debian gzipped, runs `run_tests.py -v` with the system's
 Python under `softverbs run` (softverbs' libibverbs.so.1 and librdmacm.so.1 in place of
-the system's), and reads unittest's verbose report test by test: ok, FAIL, ERROR, or
-skipped with the suite's own reason.
+the system's) inside tests/pyverbs/sysfs_shim.sh, and reads unittest's verbose report
+test by test: ok, FAIL, ERROR, or skipped with the suite's own reason.
 
-It fails (exit 1) when a test fails or errors that is not in the exclude list, or when a
-listed test no longer fails (the list only shrinks). With --update-docs FILE it rewrites
-the part of FILE between the pyverbs markers with the per-module table.
+Each result is compared with tests/pyverbs/baseline.txt (one line per test: pass, or
+skip with the suite's reason). The run fails (exit 1) when:
+  - a test that passed in the baseline skips, fails or errors now (tolerated only as a
+    skip with the suite's own reason, said in the output, for a test the baseline marks
+    needs=shim when the sysfs shim could not be set up, or needs=hugepages when no 2 MiB
+    pages are reserved);
+  - a skipped test's reason changed to a "not supported" that the baseline never gives
+    (something it used to get past is refused now); other reason changes are reported;
+  - a test is not in the baseline, or a baseline test is not in the report;
+  - a test fails or errors that is not in the exclude list, or a listed test no longer
+    fails (the list only shrinks), or lists a test the suite does not have;
+  - the suite's exit status is not what its results say (non-zero with nothing failed),
+    it printed no "Ran N tests" line, or far fewer tests ran than the baseline has.
+A test that skipped in the baseline and passes now is reported (NEW PASS) and does not
+fail the run: raise the baseline.
 
-usage: run_pyverbs.py --build BUILD_DIR [--exclude FILE] [--update-docs FILE]
-                      [--suite DIR] [--timeout SECONDS] [--keep]
+--update-baseline runs the suite three times (as is; without the shim; with the huge
+pages hidden, both through the shim's switches) to learn which passes need the shim or
+the huge pages, and rewrites the baseline; it refuses a run that is not clean. Review the
+diff by hand. --selftest checks the comparison itself on made-up results (no suite).
+SV_SYSFS_SHIM=off in the environment runs the suite without the shim (its fallback, to
+see what a machine without namespaces gets). With --update-docs FILE it rewrites the part of FILE between the pyverbs markers with
+the per-module table.
+
+usage: run_pyverbs.py --build BUILD_DIR [--baseline FILE] [--update-baseline]
+                      [--exclude FILE] [--update-docs FILE] [--suite DIR]
+                      [--timeout SECONDS] [--keep]
+       run_pyverbs.py --selftest
 Exit: 0 pass, 1 fail, 77 skip (no suite or no system Python with pyverbs).
 """
 import argparse
@@ -117,7 +139,8 @@ def table(results, exclude, seconds, when):
         '(%s, %d tests in %.1f s). "Skipped" is the suite\'s own decision, with its own' % (
             when, len(results), seconds),
         'reason; "excluded" tests fail here and are listed, with why, in',
-        '`tests/pyverbs/exclude.txt`.',
+        '`tests/pyverbs/exclude.txt`. Every run is held to `tests/pyverbs/baseline.txt`, the',
+        'same results test by test.',
         '',
         '| module | passed | skipped (the suite\'s reason) | excluded (why) | failed |',
         '| --- | --- | --- | --- | --- |',
@@ -153,16 +176,504 @@ def update_docs(path, text):
         f.write(doc)
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+HUGEPAGES = '/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages'
+# The suite's own reasons for the two environment-dependent skips (tests/base.py's
+# RDMACMBaseTest.setUp and tests/utils.py's huge_pages_supported()).
+SHIM_SKIP_RE = re.compile(r"^Device \S+ doesn't have net interface$")
+HUGE_SKIPS = ('There are no huge pages of size 2M allocated',
+              'Huge pages of size 2M is not supported in this platform')
+# What the suite says when a verb answers EOPNOTSUPP (or it lacks a capability bit).
+NOT_SUPPORTED_RE = re.compile(r'not supported|unsupported|unavailable|EOPNOTSUPP', re.I)
+# Fewer results than this share of the baseline: the suite did not really run.
+FEW = 0.9
+NEEDS = ('shim', 'hugepages')
+BASELINE_HEAD = '''\
+# rdma-core's suite on softverbs: the expected result of every test, compared with each run
+# by tests/pyverbs/run_pyverbs.py. Written by `run_pyverbs.py --build build
+# --update-baseline` (as root, huge pages reserved), then reviewed by hand.
+#   <test id> pass                  must pass
+#   <test id> pass needs=shim       must pass; a skip with the suite's "doesn't have net
+#                                   interface" is tolerated only when the runner reports
+#                                   that tests/pyverbs/sysfs_shim.sh could not be set up
+#   <test id> pass needs=hugepages  must pass; a skip with the suite's huge-page reason is
+#                                   tolerated only when no 2 MiB pages are reserved
+#   <test id> skip <reason>         the suite skips it, for this reason (its own words)
+#   <test id> excluded              fails, and is in tests/pyverbs/exclude.txt
+'''
+
+
+class Entry(collections.namedtuple('Entry', 'kind reason needs')):
+    """One baseline line: kind 'pass', 'skip' or 'excluded'; the skip's reason; the
+    environment a pass needs (a subset of NEEDS)."""
+
+    def __str__(self):
+        if self.kind == 'skip':
+            return 'skip (%s)' % self.reason
+        if self.needs:
+            return '%s (needs %s)' % (self.kind, ', '.join(sorted(self.needs)))
+        return self.kind
+
+
+def read_baseline(path):
+    """({test id: Entry}, suite version or None) from a baseline file."""
+    base, version = {}, None
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            m = re.match(r'^# suite: python3-pyverbs (\S+)', line)
+            if m:
+                version = m.group(1)
+            line = line.rstrip('\n')
+            if not line.strip() or line.lstrip().startswith('#'):
+                continue
+            test, _, rest = line.partition(' ')
+            kind, _, rest = rest.partition(' ')
+            if kind == 'skip':
+                base[test] = Entry('skip', rest.strip(), frozenset())
+            elif kind in ('pass', 'excluded'):
+                needs = set()
+                for word in rest.split():
+                    if not word.startswith('needs=') or word[6:] not in NEEDS:
+                        raise ValueError('%s:%d: unknown "%s"' % (path, n, word))
+                    needs.add(word[6:])
+                base[test] = Entry(kind, '', frozenset(needs))
+            else:
+                raise ValueError('%s:%d: "%s" is not pass, skip or excluded' % (
+                    path, n, kind))
+            if not test.startswith('tests.'):
+                raise ValueError('%s:%d: "%s" is not a test id' % (path, n, test))
+    return base, version
+
+
+def format_baseline(base, version):
+    lines = [BASELINE_HEAD.rstrip('\n')]
+    if version:
+        lines.append('# suite: python3-pyverbs %s' % version)
+    for test in sorted(base):
+        e = base[test]
+        if e.kind == 'skip':
+            lines.append('%s skip %s' % (test, e.reason))
+        else:
+            lines.append(' '.join([test, e.kind] + ['needs=' + n for n in sorted(e.needs)]))
+    return '\n'.join(lines) + '\n'
+
+
+def judge(base, results, ran, status, exclude, shim_down, hugepages):
+    """Compares one run with the baseline.
+
+    base: {test: Entry}; results: {test: (status, reason)} as parse() reads them; ran:
+    the N of the suite's "Ran N tests" (None if it printed none); status: the suite's exit
+    status; exclude: read_exclude()'s map; shim_down: None when the sysfs shim was set
+    up, else why it was not; hugepages: how many 2 MiB pages are reserved.
+    Returns (problems, notes): any problem fails the run; notes are reported.
+    """
+    problems, notes = [], []
+    tolerated = {'shim': [], 'hugepages': [], 'shim-skip': []}
+    if not results:
+        problems.append('no test results in the report: the suite did not start '
+                        '(its output is above)')
+    elif len(results) < FEW * len(base):
+        problems.append('only %d results for the %d tests of the baseline: the suite did '
+                        'not run to the end' % (len(results), len(base)))
+    if ran is None:
+        problems.append('the suite did not report "Ran N tests" (crashed?)')
+    elif ran != len(results):
+        problems.append('read %d results, the suite ran %d' % (len(results), ran))
+    failing = sorted(t for t, (s, _) in results.items() if s in ('fail', 'error'))
+    # unittest exits 1 when a test failed or errored, else 0: anything else (a signal, a
+    # Python error before or after the tests, "no tests ran") is not in the results.
+    if status != 0 and not (status == 1 and failing):
+        problems.append('the suite exited with status %d, but %s: something the report '
+                        'does not show went wrong' % (
+                            status, '%d tests failed or errored' % len(failing) if failing
+                            else 'no test failed or errored'))
+    elif status == 0 and failing:
+        problems.append('the suite exited with status 0, but %d tests failed or errored '
+                        '(%s): the report was misread' % (len(failing), failing[0]))
+    skip_reasons = set(e.reason for e in base.values() if e.kind == 'skip')
+
+    missing = sorted(set(base) - set(results))
+    for test in missing[:20]:
+        problems.append('%s: MISSING: was %s, not in the report now' % (test, base[test]))
+    if len(missing) > 20:
+        problems.append('... and %d more tests of the baseline not in the report' % (
+            len(missing) - 20))
+    for test in sorted(results):
+        now, reason = results[test]
+        shown = 'skip (%s)' % reason if now == 'skip' else now.upper()
+        b = base.get(test)
+        why = excluded(test, exclude)
+        if b is None:
+            problems.append('%s: NEW TEST, not in the baseline (now %s): review it and add '
+                            'it (--update-baseline)' % (test, shown))
+            continue
+        if now in ('fail', 'error'):
+            if why is None:
+                problems.append('%s: was %s, now %s' % (test, b, shown))
+            elif b.kind != 'excluded':
+                problems.append('%s: was %s, now %s; it is in the exclude list ("%s"), '
+                                'which does not excuse a regression' % (test, b, shown, why))
+            continue
+        if why is not None and test in exclude:
+            problems.append('%s: %s now, but excluded ("%s"): take it off the list' % (
+                test, shown, why))
+            continue
+        if b.kind == 'excluded':
+            problems.append('%s: was excluded (failing), now %s: update the baseline' % (
+                test, shown))
+        elif b.kind == 'pass':
+            if now == 'pass':
+                continue
+            if 'shim' in b.needs and SHIM_SKIP_RE.match(reason):
+                if shim_down:
+                    tolerated['shim'].append(test)
+                else:
+                    problems.append('%s: was %s, now %s, though the sysfs shim was set up'
+                                    % (test, b, shown))
+            elif 'hugepages' in b.needs and reason in HUGE_SKIPS:
+                if not hugepages:
+                    tolerated['hugepages'].append(test)
+                else:
+                    problems.append('%s: was %s, now %s, though %d huge pages are reserved'
+                                    % (test, b, shown, hugepages))
+            else:
+                problems.append('%s: was %s, now %s' % (test, b, shown))
+        elif now == 'pass':
+            notes.append('%s: NEW PASS: was %s, passes now: raise the baseline '
+                         '(--update-baseline)' % (test, b))
+        elif reason != b.reason:
+            if shim_down and SHIM_SKIP_RE.match(reason):
+                tolerated['shim-skip'].append(test)  # skips either way, earlier without it
+            elif NOT_SUPPORTED_RE.search(reason) and reason not in skip_reasons:
+                problems.append('%s: skip reason changed: was (%s), now (%s): something the '
+                                'test used to get past is "not supported" now' % (
+                                    test, b.reason, reason))
+            else:
+                notes.append('%s: skip reason changed: was (%s), now (%s)' % (
+                    test, b.reason, reason))
+    if tolerated['shim']:
+        notes.append('TOLERATED: %d tests that pass with the sysfs shim skipped ("doesn\'t '
+                     'have net interface"), because it was not set up (%s): %s' % (
+                         len(tolerated['shim']), shim_down, ', '.join(tolerated['shim'])))
+    if tolerated['shim-skip']:
+        notes.append('%d tests that skip anyway skipped earlier, for want of the sysfs shim: '
+                     '%s' % (len(tolerated['shim-skip']), ', '.join(tolerated['shim-skip'])))
+    if tolerated['hugepages']:
+        notes.append('TOLERATED: %d tests that need 2 MiB huge pages skipped, because none '
+                     'are reserved (as root: echo 16 > /proc/sys/vm/nr_hugepages): %s' % (
+                         len(tolerated['hugepages']), ', '.join(tolerated['hugepages'])))
+    return problems, notes
+
+
+def reserved_hugepages():
+    try:
+        with open(HUGEPAGES) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+
+def suite_version():
+    try:
+        return subprocess.run(['dpkg-query', '-W', '-f', '${Version}', 'python3-pyverbs'],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              check=True).stdout.decode().strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+class Run(collections.namedtuple('Run', 'results ran status output seconds shim')):
+    """One run of the suite: parse()'s results, the "Ran N", the exit status, the
+    report, the time it took, and the shim's status line ("active ..." or
+    "fallback ...")."""
+
+    @property
+    def shim_down(self):
+        if self.shim.startswith('active'):
+            return None
+        return re.sub(r'^fallback ', '', self.shim)
+
+
+def run_suite(args, work, extra_env=None):
+    """Runs the suite once in WORK (a copy of it); None when it timed out."""
+    suite = os.path.join(work, 'tests')
+    status_file = os.path.join(work, 'shim.status')
+    if os.path.exists(status_file):
+        os.unlink(status_file)
+    env = dict(os.environ)
+    env.setdefault('SOFTVERBS_LOG', 'error')
+    # The shim's own markers: only SV_SYSFS_SHIM=off may come from the caller.
+    for k in ('SV_SYSFS_SHIM_UID', 'SV_SYSFS_SHIM_GID', 'SV_SYSFS_SHIM_ROUTE',
+              'SV_SYSFS_SHIM_NO_HUGEPAGES'):
+        env.pop(k, None)
+    if env.get('SV_SYSFS_SHIM') != 'off':
+        env.pop('SV_SYSFS_SHIM', None)
+    env.update(extra_env or {})
+    env['SV_SYSFS_SHIM_STATUS'] = status_file
+    sv = os.path.join(os.path.abspath(args.build), 'bin', 'softverbs')
+    cmd = ['bash', os.path.join(HERE, 'sysfs_shim.sh'), sv, 'run', PYTHON,
+           'run_tests.py', '-v']
+    start = time.monotonic()
+    try:
+        p = subprocess.run(cmd, cwd=suite, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=args.timeout)
+    except subprocess.TimeoutExpired as t:
+        print('FAIL: the suite did not finish in %d s' % args.timeout)
+        print((t.stdout or b'').decode(errors='replace')[-3000:])
+        return None
+    seconds = time.monotonic() - start
+    output = p.stdout.decode(errors='replace')
+    with open(os.path.join(work, 'run.log'), 'a') as f:
+        f.write(output)
+    try:
+        with open(status_file) as f:
+            shim = f.read().strip() or 'fallback (the shim wrote an empty status)'
+    except OSError:
+        shim = 'fallback (the shim wrote no status: it did not run?)'
+    ran = re.search(r'^Ran (\d+) tests? in', output, re.M)
+    return Run(parse(output), int(ran.group(1)) if ran else None, p.returncode, output,
+               seconds, shim)
+
+
+def update_baseline(args, work, first, exclude):
+    """Learns the baseline from FIRST (a clean run as is) and two more runs; writes it.
+    Returns the exit status."""
+    refuse = []
+    if first.shim_down:
+        refuse.append('the sysfs shim was not set up (%s): run as root or where user '
+                      'namespaces are allowed' % first.shim_down)
+    if not reserved_hugepages():
+        refuse.append('no 2 MiB huge pages are reserved (as root: echo 16 > '
+                      '/proc/sys/vm/nr_hugepages)')
+    problems, _ = judge({t: Entry('pass', '', frozenset()) for t in first.results},
+                        first.results, first.ran, first.status, exclude, None, 1)
+    # Against an all-pass baseline, every skip is "was pass, now skip": keep the rest.
+    refuse += [p for p in problems if ', now skip (' not in p]
+    base = {}
+    for test, (status, reason) in first.results.items():
+        if status == 'skip':
+            base[test] = Entry('skip', reason, frozenset())
+        elif status == 'pass':
+            base[test] = Entry('pass', '', set())
+        else:
+            base[test] = Entry('excluded', '', frozenset())
+    for env, need, why in (({'SV_SYSFS_SHIM': 'off'}, 'shim', SHIM_SKIP_RE.match),
+                           ({'SV_SYSFS_SHIM_NO_HUGEPAGES': '1'}, 'hugepages',
+                            lambda r: r in HUGE_SKIPS)):
+        if refuse:
+            break
+        print('update-baseline: running the suite again with %s' % ' '.join(
+            '%s=%s' % kv for kv in env.items()))
+        other = run_suite(args, work, env)
+        if other is None:
+            return 1
+        if need == 'hugepages' and other.shim_down:
+            refuse.append('the shim could not hide the huge pages (%s)' % other.shim_down)
+        for test, (status, reason) in sorted(first.results.items()):
+            now = other.results.get(test)
+            if now == (status, reason):
+                continue
+            if status == 'pass' and now and now[0] == 'skip' and why(now[1]):
+                base[test].needs.add(need)
+            elif status == 'skip' and now and now[0] == 'skip' and why(now[1]):
+                pass  # skips either way; without the shim it stops earlier
+            else:
+                refuse.append('%s: %s, but %s with %s: is it flaky?' % (
+                    test, status, now, ' '.join('%s=%s' % kv for kv in env.items())))
+    if refuse:
+        print('FAIL: not writing %s:' % args.baseline)
+        for r in refuse:
+            print('  ' + r)
+        return 1
+    for test, e in base.items():
+        base[test] = e._replace(needs=frozenset(e.needs))
+    old = {}
+    if os.path.exists(args.baseline):
+        old, _ = read_baseline(args.baseline)
+    with open(args.baseline, 'w') as f:
+        f.write(format_baseline(base, suite_version()))
+    changed = sorted(t for t in set(old) | set(base) if old.get(t) != base.get(t))
+    print('update-baseline: wrote %s: %d tests (%d pass, %d of them need the shim, %d huge '
+          'pages; %d skip), %d lines changed; review them (git diff)' % (
+              args.baseline, len(base), sum(e.kind == 'pass' for e in base.values()),
+              sum('shim' in e.needs for e in base.values()),
+              sum('hugepages' in e.needs for e in base.values()),
+              sum(e.kind == 'skip' for e in base.values()), len(changed)))
+    for t in changed:
+        print('  %s: %s -> %s' % (t, old.get(t, 'absent'), base.get(t, 'absent')))
+    return 0
+
+
+def selftest():
+    """The comparison on made-up results: each case must come out as it says."""
+    P = Entry('pass', '', frozenset())
+    base = {
+        'tests.test_a.A.test_pass': P,
+        'tests.test_a.A.test_pass2': P,
+        'tests.test_cm.C.test_cm': Entry('pass', '', frozenset({'shim'})),
+        'tests.test_odp.O.test_huge': Entry('pass', '', frozenset({'hugepages'})),
+        'tests.test_efa.E.test_efa': Entry('skip', 'Can not run the test over non EFA '
+                                           'device', frozenset()),
+        'tests.test_raw.R.test_raw': Entry('skip', 'Create QP type 8 is not supported',
+                                           frozenset()),
+        'tests.test_x.X.test_excl': Entry('excluded', '', frozenset()),
+    }
+    good = {t: ('skip', e.reason) if e.kind == 'skip' else
+            ('fail', '') if e.kind == 'excluded' else ('pass', '') for t, e in base.items()}
+    ex = {'tests.test_x.X.test_excl': 'a made-up reason'}
+
+    def run(change=None, drop=(), status=1, shim_down=None, hugepages=16, ran=None,
+            results=None, against=None):
+        r = dict(good) if results is None else dict(results)
+        r.update(change or {})
+        for t in drop:
+            del r[t]
+        return judge(base if against is None else against, r,
+                     len(r) if ran is None else ran, status, ex, shim_down, hugepages)
+
+    no_fail = {t: e for t, e in base.items() if e.kind != 'excluded'}
+    no_fail_results = {t: v for t, v in good.items() if t in no_fail}
+
+    srq = 'Create SRQ is not supported'
+    cases = [
+        # (name, (problems, notes), must fail, words the problem or note must name)
+        ('the baseline itself', run(), False, []),
+        ('pass -> skip', run({'tests.test_a.A.test_pass': ('skip', srq)}), True,
+         ['tests.test_a.A.test_pass', 'was pass', 'now skip', srq]),
+        ('pass -> fail', run({'tests.test_a.A.test_pass': ('fail', '')}), True,
+         ['tests.test_a.A.test_pass', 'was pass', 'now FAIL']),
+        ('pass -> error', run({'tests.test_a.A.test_pass': ('error', '')}), True,
+         ['tests.test_a.A.test_pass', 'now ERROR']),
+        ('missing test', run(drop=['tests.test_a.A.test_pass2']), True,
+         ['tests.test_a.A.test_pass2', 'MISSING']),
+        ('new test', run({'tests.test_a.A.test_new': ('pass', '')}), True,
+         ['tests.test_a.A.test_new', 'NEW TEST']),
+        ('new pass is reported, not a failure',
+         run({'tests.test_efa.E.test_efa': ('pass', '')}), False,
+         ['tests.test_efa.E.test_efa', 'NEW PASS']),
+        ('suite exit status non-zero, nothing failed',
+         run(results=no_fail_results, against=no_fail, status=1), True,
+         ['exited with status 1', 'no test failed']),
+        ('suite exit status 0, nothing failed',
+         run(results=no_fail_results, against=no_fail, status=0), False, []),
+        ('suite exit status 0 with a failure', run(status=0), True, ['exited with status 0']),
+        ('suite killed by a signal, with a failure', run(status=-11), True,
+         ['exited with status -11']),
+        ('no "Ran N tests"', run(ran=None, results={}), True, ['did not start']),
+        ('"Ran N" differs from the results', run(ran=3), True, ['the suite ran 3']),
+        ('far fewer results than the baseline',
+         run(results={'tests.test_a.A.test_pass': ('pass', '')}, status=0), True,
+         ['only 1 results']),
+        ('shim test skips though the shim was set up',
+         run({'tests.test_cm.C.test_cm': ('skip', "Device softverbs0 doesn't have net "
+                                          "interface")}), True,
+         ['tests.test_cm.C.test_cm', 'shim was set up']),
+        ('shim test skips when the shim was not set up',
+         run({'tests.test_cm.C.test_cm': ('skip', "Device softverbs0 doesn't have net "
+                                          "interface")}, shim_down='fallback no unshare'),
+         False, ['TOLERATED', 'tests.test_cm.C.test_cm', 'fallback no unshare']),
+        ('shim test skips for another reason when the shim was not set up',
+         run({'tests.test_cm.C.test_cm': ('skip', srq)}, shim_down='fallback x'), True,
+         ['tests.test_cm.C.test_cm', srq]),
+        ('huge-page test skips with huge pages reserved',
+         run({'tests.test_odp.O.test_huge': ('skip', HUGE_SKIPS[0])}), True,
+         ['tests.test_odp.O.test_huge', 'huge pages are reserved']),
+        ('huge-page test skips with none reserved',
+         run({'tests.test_odp.O.test_huge': ('skip', HUGE_SKIPS[0])}, hugepages=0), False,
+         ['TOLERATED', 'tests.test_odp.O.test_huge']),
+        ('a plain pass skips with the huge-page reason',
+         run({'tests.test_a.A.test_pass': ('skip', HUGE_SKIPS[0])}, hugepages=0), True,
+         ['tests.test_a.A.test_pass']),
+        ('skip reason -> a new "not supported"',
+         run({'tests.test_raw.R.test_raw': ('skip', srq)}), True,
+         ['tests.test_raw.R.test_raw', 'skip reason changed', srq]),
+        ('skip reason -> another the baseline knows',
+         run({'tests.test_raw.R.test_raw': ('skip', 'Can not run the test over non EFA '
+                                            'device')}), False,
+         ['tests.test_raw.R.test_raw', 'skip reason changed']),
+        ('excluded test passes',
+         run({'tests.test_x.X.test_excl': ('pass', '')}, status=0), True,
+         ['tests.test_x.X.test_excl', 'take it off the list']),
+    ]
+    ex_hides = judge(base, dict(good, **{'tests.test_a.A.test_pass': ('fail', '')}),
+                     len(good), 1, dict(ex, **{'tests.test_a.A': 'hiding'}), None, 16)
+    cases.append(('exclude list entry hides a regression', ex_hides, True,
+                  ['tests.test_a.A.test_pass', 'does not excuse a regression']))
+    bad = 0
+    for name, (problems, notes), must_fail, words in cases:
+        said = '\n'.join(problems if must_fail else notes)
+        ok = bool(problems) == must_fail and all(w in said for w in words)
+        bad += not ok
+        print('%s %s: %s' % ('ok  ' if ok else 'FAIL', name,
+                             ('fails' if problems else 'passes') +
+                             (' (%s)' % problems[0] if problems else '') +
+                             (' [%s]' % notes[0] if notes else '')))
+        if not ok:
+            print('     expected it to %s, naming %s' % ('fail' if must_fail else 'pass',
+                                                        words))
+
+    # parse(): unittest's -v lines, a docstring line, a test that printed something.
+    out = '\n'.join([
+        'test_a (tests.test_a.A.test_a) ... ok',
+        'test_b (tests.test_a.A.test_b)',
+        'A docstring line. ... skipped \'Create SRQ is not supported\'',
+        'test_c (tests.test_a.A.test_c) ... some output',
+        'more output',
+        'FAIL',
+        'test_d (tests.test_a.A.test_d) ... ERROR',
+        'test_e (tests.test_a.A.test_e) ... skipped "Device x doesn\'t have net interface"',
+        'Ran 5 tests in 0.1s'])
+    want = {'tests.test_a.A.test_a': ('pass', ''),
+            'tests.test_a.A.test_b': ('skip', 'Create SRQ is not supported'),
+            'tests.test_a.A.test_c': ('fail', ''),
+            'tests.test_a.A.test_d': ('error', ''),
+            'tests.test_a.A.test_e': ('skip', "Device x doesn't have net interface")}
+    got = parse(out)
+    ok = got == want
+    bad += not ok
+    print('%s parse(): %s' % ('ok  ' if ok else 'FAIL', got))
+
+    # The baseline file: written and read back unchanged; a bad line is refused.
+    base2 = dict(base)
+    base2['tests.test_b.B.test_both'] = Entry('pass', '', frozenset(NEEDS))
+    with tempfile.NamedTemporaryFile('w', suffix='.txt', delete=False) as f:
+        f.write(format_baseline(base2, '44.0-2'))
+    try:
+        got, version = read_baseline(f.name)
+        ok = got == base2 and version == '44.0-2'
+        with open(f.name, 'a') as g:
+            g.write('tests.test_a.A.test_z maybe\n')
+        try:
+            read_baseline(f.name)
+            ok = False
+        except ValueError:
+            pass
+    finally:
+        os.unlink(f.name)
+    bad += not ok
+    print('%s baseline file round trip' % ('ok  ' if ok else 'FAIL'))
+    print('selftest: %d of %d checks failed' % (bad, len(cases) + 2))
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--build', required=True, help='the build tree (bin/softverbs)')
-    ap.add_argument('--exclude', default=os.path.join(os.path.dirname(__file__),
-                                                      'exclude.txt'))
+    ap.add_argument('--build', help='the build tree (bin/softverbs)')
+    ap.add_argument('--baseline', default=os.path.join(HERE, 'baseline.txt'))
+    ap.add_argument('--update-baseline', action='store_true',
+                    help='learn the baseline from this run (three runs) and rewrite it')
+    ap.add_argument('--selftest', action='store_true',
+                    help='check the comparison on made-up results; runs no suite')
+    ap.add_argument('--exclude', default=os.path.join(HERE, 'exclude.txt'))
     ap.add_argument('--update-docs', metavar='FILE')
     ap.add_argument('--suite', default=SUITE)
     ap.add_argument('--timeout', type=int, default=270)
     ap.add_argument('--keep', action='store_true', help='keep the copy and the log')
     args = ap.parse_args()
+    if args.selftest:
+        return selftest()
+    if not args.build:
+        ap.error('--build is required')
 
     if not os.path.isfile(os.path.join(args.suite, 'run_tests.py')):
         print('SKIP: rdma-core\'s suite is not at %s (install python3-pyverbs)' % args.suite)
@@ -170,7 +681,12 @@ def main():
     if subprocess.call([PYTHON, '-c', 'import pyverbs'], stderr=subprocess.DEVNULL) != 0:
         print('SKIP: %s cannot import pyverbs (install python3-pyverbs)' % PYTHON)
         return 77
-    sv = os.path.join(os.path.abspath(args.build), 'bin', 'softverbs')
+    base, base_version = {}, None
+    if not args.update_baseline:
+        if not os.path.exists(args.baseline):
+            print('FAIL: no baseline at %s (write one: --update-baseline)' % args.baseline)
+            return 1
+        base, base_version = read_baseline(args.baseline)
     work = tempfile.mkdtemp(prefix='sv-pyverbs-')
     suite = os.path.join(work, 'tests')
     shutil.copytree(args.suite, suite)
@@ -179,66 +695,66 @@ def main():
             shutil.copyfileobj(src, dst)
         os.unlink(gz)
 
-    env = dict(os.environ)
-    env.setdefault('SOFTVERBS_LOG', 'error')
-    cmd = [sv, 'run', PYTHON, 'run_tests.py', '-v']
-    shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'sysfs_shim.sh')
-    if os.path.exists(shim):
-        cmd = ['bash', shim] + cmd
-    start = time.monotonic()
     try:
-        p = subprocess.run(cmd, cwd=suite, env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=args.timeout)
-        output = p.stdout.decode(errors='replace')
-    except subprocess.TimeoutExpired as t:
-        output = (t.stdout or b'').decode(errors='replace')
-        print('FAIL: the suite did not finish in %d s' % args.timeout)
-        print(output[-3000:])
-        return 1
-    seconds = time.monotonic() - start
-    log = os.path.join(work, 'run.log')
-    with open(log, 'w') as f:
-        f.write(output)
-
-    results = parse(output)
-    ran = re.search(r'^Ran (\d+) tests? in', output, re.M)
-    exclude = read_exclude(args.exclude)
-    bad = []
-    if not ran:
-        bad.append('the suite did not report "Ran N tests" (crashed?):\n' + output[-2000:])
-    elif int(ran.group(1)) != len(results):
-        bad.append('read %d results, the suite ran %s' % (len(results), ran.group(1)))
-    for test, (status, _) in sorted(results.items()):
-        why = excluded(test, exclude)
-        if status in ('fail', 'error') and why is None:
-            bad.append('%s: %s (not in the exclude list)' % (test, status.upper()))
-        elif status in ('pass', 'skip') and why is not None and test in exclude:
-            bad.append('%s: %s now, but excluded ("%s"): take it off the list' % (
-                test, status, why))
-    for name in exclude:
-        if not any(t == name or t.startswith(name + '.') for t in results):
-            bad.append('%s: in the exclude list, but the suite has no such test' % name)
-
-    text, tot = table(results, exclude, seconds,
-                      time.strftime('%Y-%m-%d', time.gmtime()))
-    print('pyverbs: %d tests in %.1f s: %d passed, %d skipped by the suite, '
-          '%d excluded, %d failed' % (len(results), seconds, tot['pass'], tot['skip'],
-                                      tot['excluded'], tot['fail']))
-    for test, (status, reason) in sorted(results.items()):
-        print('  %-6s %s%s' % (status, test, (' (%s)' % reason) if reason else ''))
-    if args.update_docs:
-        update_docs(args.update_docs, text)
-    if bad:
-        print('FAILURES:')
-        for b in bad:
-            print('  ' + b)
-        print('the suite\'s report:')
-        print('\n'.join(l for l in output.splitlines()[-200:]))
-    if args.keep:
-        print('kept: %s' % work)
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-    return 1 if bad else 0
+        run = run_suite(args, work)
+        if run is None:
+            return 1
+        exclude = read_exclude(args.exclude)
+        results = run.results
+        text, tot = table(results, exclude, run.seconds,
+                          time.strftime('%Y-%m-%d', time.gmtime()))
+        for test, (status, reason) in sorted(results.items()):
+            print('  %-6s %s%s' % (status, test, (' (%s)' % reason) if reason else ''))
+        print('pyverbs: %d tests in %.1f s: %d passed, %d skipped by the suite, '
+              '%d excluded, %d failed; the suite exited with status %d' % (
+                  len(results), run.seconds, tot['pass'], tot['skip'], tot['excluded'],
+                  tot['fail'], run.status))
+        if run.shim_down:
+            print('pyverbs: *** the sysfs shim was NOT set up: %s ***' % run.shim_down)
+        else:
+            print('pyverbs: sysfs shim: %s' % run.shim)
+        hugepages = reserved_hugepages()
+        print('pyverbs: %d huge pages of 2 MiB reserved' % hugepages)
+        if args.update_baseline:
+            status = update_baseline(args, work, run, exclude)
+            if status == 0 and args.update_docs:
+                update_docs(args.update_docs, text)
+            return status
+        version = suite_version()
+        if base_version and version and version != base_version:
+            print('pyverbs: NOTE: the baseline is of python3-pyverbs %s, this is %s' % (
+                base_version, version))
+        problems, notes = judge(base, results, run.ran, run.status, exclude,
+                                run.shim_down, hugepages)
+        for n in exclude:
+            if not any(t == n or t.startswith(n + '.') for t in results):
+                problems.append('%s: in the exclude list, but the suite has no such test' % n)
+        if args.update_docs:
+            update_docs(args.update_docs, text)
+        for n in notes:
+            print('NOTE: ' + n)
+        if problems:
+            print('the suite\'s report (last 200 lines):')
+            print('\n'.join(run.output.splitlines()[-200:]))
+            print('FAILURES (compared with %s):' % args.baseline)
+            for p in problems:
+                print('  ' + p)
+        else:
+            print('pyverbs: as the baseline says (%s)' % args.baseline)
+        unchecked = [t for t, e in base.items() if e.kind == 'pass' and
+                     (('shim' in e.needs and run.shim_down) or
+                      ('hugepages' in e.needs and not hugepages))]
+        if unchecked:
+            print('pyverbs: *** %d of the baseline\'s passes could not be checked here: %s ***'
+                  % (len(unchecked), '; '.join(filter(None, [
+                      run.shim_down and 'the sysfs shim was not set up (%s)' % run.shim_down,
+                      not hugepages and 'no 2 MiB huge pages are reserved']))))
+        return 1 if problems else 0
+    finally:
+        if args.keep:
+            print('kept: %s' % work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == '__main__':
