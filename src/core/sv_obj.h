@@ -170,6 +170,31 @@ struct sv_rx_dst {
 	uint32_t pd;            /* the PD handle they check against */
 };
 
+/* How a message's payload crossed to or from the peer (softverbs_query_qp). */
+enum { SV_COPY_NONE, SV_COPY_CMA, SV_COPY_BOUNCE };
+
+/*
+ * What a QP's data path did, for softverbs_query_qp(): the tx_ side is written by the
+ * requester (under sq.lock), the rx_ side by the responder (under rx_busy), one writer
+ * each, so a relaxed load and store count (sv_count); anyone may read them (relaxed: a
+ * reader wants a recent value, not an order with the data).
+ */
+struct sv_qp_counters {
+	_Atomic uint64_t tx_msgs, tx_bytes; /* messages sent to a peer, their payload */
+	_Atomic uint64_t tx_cma_bytes;      /* payload this requester copied by process_vm_* */
+	_Atomic uint64_t tx_fifo_bytes;     /* payload through the fifos (ring, bounce copy) */
+	_Atomic uint32_t tx_copy;           /* SV_COPY_*: the copy mode of the last peer */
+	_Atomic uint64_t rx_msgs, rx_bytes; /* requests this responder executed, their payload */
+	_Atomic uint64_t rx_cma_bytes;      /* pulled from a requester by process_vm_readv */
+	_Atomic uint64_t rx_fifo_bytes;     /* placed from, or answered into, the fifos */
+};
+
+static inline void sv_count(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+			      memory_order_relaxed);
+}
+
 struct sv_qp {
 	struct ibv_qp_ex ibv;    /* ibv_qp is at offset 0 */
 	pthread_mutex_t lock;    /* guards state and attr */
@@ -238,6 +263,7 @@ struct sv_qp {
 	bool rx_active;               /* a SEND in pieces is being received into rx_recv */
 	struct sv_recv rx_recv;
 	uint64_t resp_off;            /* bytes of the READ at the head already answered */
+	struct sv_qp_counters cnt;
 };
 
 struct sv_ah {

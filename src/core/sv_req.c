@@ -44,6 +44,26 @@ static enum ibv_wc_status local_iov(struct sv_qp *qp, const struct sv_send_wqe *
 	return IBV_WC_SUCCESS;
 }
 
+/* How a transmitted message's payload travels, for the counters (softverbs_query_qp). */
+enum tx_path {
+	TX_FIFO,   /* through the peer's fifo: the ring, or the bounce copy's pieces */
+	TX_CMA,    /* copied by this requester with process_vm_* */
+	TX_PULLED, /* the responder pulls it (a rendezvous SEND): counted there */
+};
+
+static void count_tx(struct sv_qp *qp, const struct sv_peer *peer, uint64_t msgs,
+		     uint64_t bytes, enum tx_path path)
+{
+	sv_count(&qp->cnt.tx_msgs, msgs);
+	sv_count(&qp->cnt.tx_bytes, bytes);
+	if (path == TX_FIFO)
+		sv_count(&qp->cnt.tx_fifo_bytes, bytes);
+	else if (path == TX_CMA)
+		sv_count(&qp->cnt.tx_cma_bytes, bytes);
+	atomic_store_explicit(&qp->cnt.tx_copy, peer->cma ? SV_COPY_CMA : SV_COPY_BOUNCE,
+			      memory_order_relaxed);
+}
+
 /* The WQE's data: its inline copy, or its SGEs checked for @need. */
 static enum ibv_wc_status wqe_iov(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t need,
 				  struct iovec *iov, int *n_iov, uint64_t *total)
@@ -346,6 +366,7 @@ static enum tx_result tx_pieces(struct sv_qp *qp, struct sv_peer *peer, struct s
 		qp->tx_off += n;
 	} while (qp->tx_off < total);
 	qp->tx_off = 0;
+	count_tx(qp, peer, 1, total, TX_FIFO);
 	if (!reliable) {
 		sv_wqe_done(w, IBV_WC_SUCCESS);
 		return TX_DONE;
@@ -423,6 +444,8 @@ static enum tx_result tx_send(struct sv_qp *qp, struct sv_peer *peer, struct sv_
 	}
 	if (err)
 		return TX_BLOCKED;
+	if (m.op != SHM_OP_WRITE_IMM) /* (the WRITE's data was counted by tx_rdma) */
+		count_tx(qp, peer, 1, total, m.flags & SHM_F_INLINE ? TX_FIFO : TX_PULLED);
 	if (!reliable) {
 		sv_wqe_done(w, IBV_WC_SUCCESS);
 		return TX_DONE;
@@ -454,6 +477,7 @@ static enum tx_result tx_rdma_bounce(struct sv_qp *qp, struct sv_peer *peer, str
 		m.u.rdma.rkey = w->rkey;
 		if (sv_put_msg(peer, &m, NULL, NULL, 0, 0))
 			return TX_BLOCKED;
+		count_tx(qp, peer, 1, total, TX_FIFO); /* the answer comes through our fifo */
 		w->msn = ++qp->next_msn;
 		w->state = SV_WQE_WAIT;
 		w->byte_len = (uint32_t)total;
@@ -706,6 +730,7 @@ static enum tx_result tx_rdma(struct sv_qp *qp, struct sv_peer *peer, struct sv_
 		sv_wqe_done(w, st);
 		return TX_DONE;
 	}
+	count_tx(qp, peer, 1, total, TX_CMA);
 	w->byte_len = write ? 0 : (uint32_t)total;
 	if (w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 		return tx_send(qp, peer, w, reliable);
@@ -740,6 +765,7 @@ static enum tx_result tx_atomic(struct sv_qp *qp, struct sv_peer *peer, struct s
 	m.u.atomic.swap = w->swap;
 	if (sv_put_msg(peer, &m, NULL, NULL, 0, 0))
 		return TX_BLOCKED;
+	count_tx(qp, peer, 1, 8, TX_FIFO);
 	w->msn = ++qp->next_msn;
 	w->state = SV_WQE_WAIT;
 	w->byte_len = 8;
@@ -1005,6 +1031,7 @@ static uint32_t tx_tiny_writes(struct sv_qp *qp, struct sv_peer *peer, uint32_t 
 
 		w->msn = ++qp->next_msn;
 		w->state = SV_WQE_WAIT;
+		count_tx(qp, peer, 1, rec[i].len, TX_FIFO);
 	}
 	qp->sq_next += n;
 	qp->fifo_writes_out += n;
@@ -1060,6 +1087,7 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 		if ((uint64_t)done < len[i])
 			return (uint32_t)i;
 		done -= (ssize_t)len[i];
+		count_tx(qp, peer, 1, len[i], TX_CMA);
 		w->byte_len = 0;
 		sv_wqe_done(w, IBV_WC_SUCCESS);
 		qp->sq_next++;

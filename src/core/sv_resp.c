@@ -113,6 +113,15 @@ static enum ibv_wc_status recv_iov(struct sv_qp *qp, const struct ibv_sge *sges,
 	return IBV_WC_SUCCESS;
 }
 
+/* A request executed here, for the counters (softverbs_query_qp): @msgs messages of
+ * @bytes payload, copied by process_vm_readv (@cma) or from or into the fifos. */
+static void count_rx(struct sv_qp *qp, uint64_t msgs, uint64_t bytes, bool cma)
+{
+	sv_count(&qp->cnt.rx_msgs, msgs);
+	sv_count(&qp->cnt.rx_bytes, bytes);
+	sv_count(cma ? &qp->cnt.rx_cma_bytes : &qp->cnt.rx_fifo_bytes, bytes);
+}
+
 /* No receive for an RC message: Receiver Not Ready, it waits at the head of the fifo. */
 static enum rx_result rnr(struct sv_qp *qp, const struct shm_msg *m)
 {
@@ -193,6 +202,7 @@ static enum rx_result rx_send(struct sv_qp *qp, const struct shm_msg *m, uint64_
 			shm_fifo_get(qp->rx, pos, off, piece[i].iov_base, (uint32_t)piece[i].iov_len);
 			off += (uint32_t)piece[i].iov_len;
 		}
+		count_rx(qp, (m->flags & SHM_F_FIRST) ? 1 : 0, m->len, false);
 	} else if (!st) {
 		/* Rendezvous: pull the sender's buffers, one copy (process_vm_readv). */
 		struct shm_rsge rs[SV_IOV_MAX];
@@ -206,6 +216,8 @@ static enum rx_result rx_send(struct sv_qp *qp, const struct shm_msg *m, uint64_
 				st = IBV_WC_LOC_QP_OP_ERR;
 			off += rs[i].len;
 		}
+		if (!st)
+			count_rx(qp, 1, off, true);
 	}
 	if (st || (m->flags & SHM_F_LAST)) {
 		qp->rx_active = false;
@@ -284,6 +296,7 @@ static enum rx_result rx_write(struct sv_qp *qp, const struct shm_msg *m, uint64
 	sv_set_hint(qp->rnr_held, false);
 	if (m->len)
 		shm_fifo_get(qp->rx, pos, 0, (void *)(uintptr_t)va, m->len);
+	count_rx(qp, (m->flags & SHM_F_FIRST) ? 1 : 0, m->len, false);
 	if (imm) {
 		struct shm_msg done = *m;
 
@@ -340,6 +353,7 @@ static enum rx_result rx_writes(struct sv_qp *qp, const struct shm_msg *m, uint6
 			return RX_CONSUMED;
 		}
 		memcpy((void *)(uintptr_t)va, r.data, r.len);
+		count_rx(qp, 1, r.len, false);
 	}
 	qp->resp_off = 0;
 	if (m->msn)
@@ -370,6 +384,7 @@ static enum rx_result rx_read(struct sv_qp *qp, const struct shm_msg *m)
 			return RX_HOLD;
 		qp->resp_off += n;
 	} while (qp->resp_off < m->len);
+	count_rx(qp, 1, m->len, false);
 	qp->resp_off = 0;
 	qp->ack_due = qp->ack_sent = m->msn; /* the last piece answers it */
 	return RX_CONSUMED;
@@ -425,6 +440,7 @@ static enum rx_result rx_atomic(struct sv_qp *qp, const struct shm_msg *m)
 		if (shm_fifo_publish(qp->peer->fifo, rpos))
 			sv_engine_wake_peer(qp->peer);
 	}
+	count_rx(qp, 1, 8, false);
 	qp->ack_due = m->msn;
 	qp->ack_sent = m->msn; /* the response acknowledges it */
 	return RX_CONSUMED;

@@ -1,0 +1,62 @@
+/*
+ * softverbs' own extensions to the verbs API, beside <infiniband/verbs.h> (as mlx5dv.h is
+ * beside it for mlx5). Exported by softverbs' libibverbs.so.1 under the version node
+ * SOFTVERBS_1.0; a program that uses them runs only on softverbs.
+ */
+#ifndef SOFTVERBS_SOFTVERBS_H
+#define SOFTVERBS_SOFTVERBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The wire a QP's messages take. */
+enum softverbs_wire {
+	SOFTVERBS_WIRE_NONE = 0, /* no message sent yet */
+	SOFTVERBS_WIRE_SHM = 1,  /* shared memory, same host */
+};
+
+/* How payload crosses to the peer's memory on the shm wire. */
+enum softverbs_copy {
+	SOFTVERBS_COPY_NONE = 0,   /* no message sent yet */
+	SOFTVERBS_COPY_CMA = 1,    /* one copy, process_vm_readv/writev between the processes */
+	SOFTVERBS_COPY_BOUNCE = 2, /* through the shared-memory fifos (two copies) */
+};
+
+/*
+ * What a QP's data path did since it was created: its requester (tx_) and its responder
+ * (rx_). Payload bytes count once each, by the path they took; a message counts once
+ * however many pieces it travelled in. The fields are read without stopping the QP.
+ */
+struct softverbs_qp_stats {
+	uint32_t wire;          /* enum softverbs_wire of the last message sent */
+	uint32_t copy;          /* enum softverbs_copy towards the last peer sent to */
+	uint64_t tx_msgs;       /* messages sent to a peer (each RDMA WRITE, READ, atomic, SEND) */
+	uint64_t tx_bytes;      /* their payload (RDMA READ: the bytes asked for) */
+	uint64_t tx_cma_bytes;  /* of it, copied by this process with process_vm_readv/writev */
+	uint64_t tx_fifo_bytes; /* of it, through the fifos (small SENDs, bounce copy, bursts
+				 * of tiny WRITEs, atomics, bounce READ answers) */
+	uint64_t rx_msgs;       /* requests of a peer this QP executed */
+	uint64_t rx_bytes;      /* their payload */
+	uint64_t rx_cma_bytes;  /* of it, pulled from the requester with process_vm_readv
+				 * (large SENDs) */
+	uint64_t rx_fifo_bytes; /* of it, placed from the fifos or read into them */
+};
+
+/*
+ * Fills @stats (of @stats_size bytes: sizeof(struct softverbs_qp_stats), or a smaller
+ * size from an older header) for @qp. 0, or EINVAL.
+ */
+int softverbs_query_qp_stats(struct ibv_qp *qp, struct softverbs_qp_stats *stats,
+			     size_t stats_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
