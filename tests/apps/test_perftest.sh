@@ -18,7 +18,7 @@ rows() {
   got=$(awk -v n="$iters" '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 4 {
           print $1 ($2 == n && $4 + 0 > 0 ? "" : " (iterations " $2 ", figure " $4 ")") }' "$file")
   [ "$got" = "$want" ] && return 0
-  echo "    $(basename "$file"): result rows $(echo $got), expected $(echo "$@") x $iters"
+  echo "    $(basename "$file"): result rows ${got//$'\n'/ }, expected $* x $iters"
   return 1
 }
 no_error() { count_lines "$1" "[Ee]rror|[Ff]ail|[Cc]ouldn't|[Uu]nable" 0; }
@@ -61,7 +61,7 @@ done
 # XRC connections (-c XRC: each side a domain, an SRQ, initiator and target QPs).
 for t in "ib_send_lat 2" "ib_send_bw 65536" "ib_write_lat 2" "ib_write_bw 65536" \
          "ib_read_lat 2" "ib_read_bw 65536"; do
-  set -- $t
-  perf "$1-xrc" "$2" 1000 "$1" -c XRC -x 0
+  read -r t size <<<"$t"
+  perf "$t-xrc" "$size" 1000 "$t" -c XRC -x 0
 done
 finish

@@ -153,7 +153,7 @@ cm_pair() {
   fi
 }
 
-tag=${A//[:.]/_}
+tag=${A//[:.]/_} # 127_0_0_1, __1: no character the shell splits
 p=$((17174 + PO))
 cm_pair rping_$tag $p "rping -s -a $A -p $p -C 1000 -v -V" \
   "rping -c -a $A -p $p -C 1000 -v -V" - late-cm
@@ -229,10 +229,11 @@ check "no membership is left behind" \
 # perftest itself before it calls librdmacm (the same on rdma-core): IPv4 only.
 if [ "$FAMILY" = ipv4 ]; then
   for t in "ib_send_lat 2" "ib_write_bw 65536" "ib_read_lat 2"; do
-    set -- $t
-    WAIT_A= cm_pair "$1_R" 18530 "$1 -R -p 18530 -s $2 -n 1000" "$1 -R -p 18530 -s $2 -n 1000 127.0.0.1"
-    check "$1 -R: one result row of $2 bytes x 1000 iterations" \
-      count_lines "$TMP/$1_R.cli" "^ +$2 +1000 +[0-9.]+" 1
+    read -r t size <<<"$t"
+    WAIT_A='' cm_pair "${t}_R" 18530 "$t -R -p 18530 -s $size -n 1000" \
+      "$t -R -p 18530 -s $size -n 1000 127.0.0.1"
+    check "$t -R: one result row of $size bytes x 1000 iterations" \
+      count_lines "$TMP/${t}_R.cli" "^ +$size +1000 +[0-9.]+" 1
   done
 fi
 
