@@ -18,19 +18,45 @@ check() { # check NAME CONDITION...: one assertion, counted
 }
 
 contains() { grep -q -- "$2" "$1"; }
+lacks() { ! grep -q -- "$2" "$1"; }
+
+# only_lines FILE ERE...: every line of FILE matches one of the EREs (a program's
+# transcript holds nothing but what it prints on success: any error line fails).
+# Prints the first lines that match none.
+only_lines() {
+  local file=$1 re; shift
+  local args=()
+  for re in "$@"; do args+=(-e "$re"); done
+  if grep -vqE "${args[@]}" "$file"; then
+    echo "    unexpected lines in $(basename "$file"):"
+    grep -vE "${args[@]}" "$file" | head -n 5 | sed 's/^/      /'
+    return 1
+  fi
+}
+
+# count_lines FILE ERE N: exactly N lines of FILE match ERE (says how many did).
+count_lines() {
+  local n
+  n=$(grep -cE -- "$2" "$1")
+  [ "$n" -eq "$3" ] || { echo "    $(basename "$1"): $n lines match '$2', expected $3"; return 1; }
+}
 
 finish() {
   echo "$(basename "$0" .sh): $PASS passed, $FAIL failed"
   [ "$FAIL" -eq 0 ]
 }
 
-# wait_listen PORT PID: until PID listens on TCP PORT (bounded: 5 s), or PID exits.
+# wait_listen PORT PID [ADDR]: until PID listens on TCP PORT (at ADDR, as ss prints it:
+# 127.0.0.1, [::1]; any address without it) (bounded: 5 s), or PID exits.
 wait_listen() {
   for _ in $(seq 100); do
-    ss -ltn 2>/dev/null | grep -q ":$1 " && return 0
+    ss -ltnH 2>/dev/null | awk -v p=":$1" -v a="${3:-}" \
+      '{ l = $4 } a != "" && l == a p { f = 1 } a == "" && substr(l, length(l) - length(p) + 1) == p { f = 1 }
+       END { exit !f }' && return 0
     kill -0 "$2" 2>/dev/null || return 1
     sleep 0.05
   done
+  echo "    nothing listens on ${3:+$3:}$1 after 5 s"
   return 1
 }
 
