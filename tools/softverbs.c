@@ -89,8 +89,12 @@ static int cmd_run(int argc, char **argv)
 		return 2;
 	}
 	if (find_libdir(libdir, sizeof(libdir))) {
-		fprintf(stderr, "softverbs run: libibverbs.so.1 not found beside %s "
-				"(set SOFTVERBS_LIBDIR)\n", "the softverbs binary");
+		if (getenv("SOFTVERBS_LIBDIR"))
+			fprintf(stderr, "softverbs run: libibverbs.so.1 not found in %s "
+					"(SOFTVERBS_LIBDIR)\n", getenv("SOFTVERBS_LIBDIR"));
+		else
+			fprintf(stderr, "softverbs run: libibverbs.so.1 not found beside the "
+					"softverbs binary (set SOFTVERBS_LIBDIR)\n");
 		return 127;
 	}
 	old = getenv("LD_LIBRARY_PATH");

@@ -3,6 +3,7 @@
 Each: name; what it breaks (in words); file; old -> new (old must occur exactly once);
 tests: the ctest regex of the tests that must catch it (run.py --full runs them all);
 says: a regex a failure line should match (it names what broke); env: extra variables.
+Or, instead of file/old/new, patch: a one-file diff (the app tests' in tests/apps/mutations/).
 """
 
 MUTATIONS = [
@@ -79,4 +80,26 @@ MUTATIONS = [
          old="\t\tif (overrun)\n\t\t\tsv_async_raise(to_svctx(cq->ibv.context), IBV_EVENT_CQ_ERR, cq);",
          new="\t\t(void)overrun;",
          tests="^verbs_test_", says="CQ_ERR|overrun"),
+    # The app tests' breakages (tests/apps/mutations/README.md says what each must show).
+    dict(name="send-first-byte", what="the responder flips the first byte of every SEND",
+         patch="tests/apps/mutations/send_first_byte.diff", tests="^apps_test_pingpong$",
+         says="FAIL"),
+    dict(name="read-first-byte", what="an RDMA READ by CMA flips the first byte it brings",
+         patch="tests/apps/mutations/read_first_byte.diff", tests="^apps_test_rdmacm$",
+         says="FAIL"),
+    dict(name="cm-reject-every-10th", what="the rdma_cm listener rejects every 10th connection",
+         patch="tests/apps/mutations/cm_reject_every_10th.diff", tests="^apps_test_rdmacm$",
+         says="FAIL.*cmtime"),
+    dict(name="ipv6-bind-refused", what="rdma_bind_addr refuses IPv6",
+         patch="tests/apps/mutations/ipv6_bind_refused.diff", tests="^apps_test_rdmacm_ipv6$",
+         says="FAIL"),
+    dict(name="send-over-4mib-fails", what="SENDs over 4 MiB complete with LOC_LEN_ERR",
+         patch="tests/apps/mutations/send_over_4mib_fails.diff", tests="^apps_test_perftest$",
+         says="FAIL"),
+    dict(name="libdir-ignored", what="softverbs run ignores SOFTVERBS_LIBDIR",
+         patch="tests/apps/mutations/libdir_ignored.diff", tests="^apps_test_install$",
+         says="FAIL"),
+    dict(name="libdir-unchecked", what="softverbs run accepts a SOFTVERBS_LIBDIR without libraries",
+         patch="tests/apps/mutations/libdir_unchecked.diff", tests="^apps_test_install$",
+         says="FAIL"),
 ]

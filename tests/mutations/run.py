@@ -2,7 +2,8 @@
 """Mutation check: the suite must fail, in a test that names what broke, for each of a
 list of deliberate breakages of softverbs.
 
-Each mutation replaces one piece of text in one file (mutations.py). For each, this script
+Each mutation replaces one piece of text in one file, or applies a one-file diff
+(mutations.py). For each, this script
 copies the checkout (committed files plus working-tree changes, via `git ls-files`) to a
 scratch directory once, applies the mutation there, rebuilds (gcc, incremental), runs the
 tests the mutation names (`--full`: the whole gcc ctest as well) and reverts it. A
@@ -68,14 +69,29 @@ def main():
         return 1
     caught, missed = 0, []
     for m in chosen:
-        path = os.path.join(scratch, m["file"])
-        orig = open(path).read()
-        if orig.count(m["old"]) != 1:
-            print("STALE  %-28s %s: the text to replace occurs %d times" %
-                  (m["name"], m["file"], orig.count(m["old"])))
-            missed.append(m["name"])
-            continue
-        open(path, "w").write(orig.replace(m["old"], m["new"]))
+        if "patch" in m:
+            # A unified diff (git apply) instead of one replacement.
+            diff = os.path.join(TOP, m["patch"])
+            rc, out = sh("git apply --check '%s'" % diff, scratch)
+            if rc:
+                print("STALE  %-28s %s does not apply: %s" % (m["name"], m["patch"], out))
+                missed.append(m["name"])
+                continue
+            m["file"] = subprocess.run(
+                "git apply --numstat '%s'" % diff, cwd=scratch, shell=True, text=True,
+                stdout=subprocess.PIPE).stdout.split()[2]
+            path = os.path.join(scratch, m["file"])
+            orig = open(path).read()
+            sh("git apply '%s'" % diff, scratch)
+        else:
+            path = os.path.join(scratch, m["file"])
+            orig = open(path).read()
+            if orig.count(m["old"]) != 1:
+                print("STALE  %-28s %s: the text to replace occurs %d times" %
+                      (m["name"], m["file"], orig.count(m["old"])))
+                missed.append(m["name"])
+                continue
+            open(path, "w").write(orig.replace(m["old"], m["new"]))
         t0 = time.time()
         try:
             rc, out = sh("cmake --build build -j%d" % os.cpu_count(), scratch)
