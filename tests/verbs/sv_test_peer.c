@@ -359,7 +359,12 @@ bool tp_wc_mismatch(const struct ibv_wc *wc, const struct tp_wc_expect *e, char 
 		got = wc->byte_len;
 		want = e->byte_len_max;
 	}
-	WCE(ok && (c & TP_WCE_FLAGS), wc_flags & flags_fixed, e->wc_flags & flags_fixed);
+	if (!field && ok && (c & TP_WCE_FLAGS) &&
+	    (wc->wc_flags & flags_fixed) != (e->wc_flags & flags_fixed)) {
+		field = e->wc_flags_any ? "wc_flags (the bits that are not free)" : "wc_flags";
+		got = wc->wc_flags & flags_fixed;
+		want = e->wc_flags & flags_fixed;
+	}
 	WCE(ok && (c & TP_WCE_FLAGS) && (wc->wc_flags & e->wc_flags & IBV_WC_WITH_IMM), imm_data,
 	    e->imm_data);
 	WCE(ok && (c & TP_WCE_FLAGS) && (wc->wc_flags & e->wc_flags & IBV_WC_WITH_INV),
