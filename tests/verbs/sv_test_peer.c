@@ -245,24 +245,36 @@ static void posted_add(struct ibv_cq *cq, uint64_t wr_id, const struct ibv_qp *q
 	pthread_mutex_unlock(&posted_lock);
 }
 
-/* Takes the oldest record of @wr_id on @cq into *out: false if there is none. */
-static bool posted_take(struct ibv_cq *cq, uint64_t wr_id, struct posted *out)
+/*
+ * Takes the newest record of @wr_id on @cq, preferring one of QP @qpn, into *out: false if
+ * there is none. The newest, not the oldest: a test that polls some completions itself
+ * (ibv_poll_cq, tu_poll) or posts unsignaled WRs leaves records behind that no completion
+ * takes, and a wr_id is reused far more often after its completion than while it is
+ * still outstanding.
+ */
+static bool posted_take(struct ibv_cq *cq, uint64_t wr_id, uint32_t qpn, struct posted *out)
 {
-	bool found = false;
+	struct posted *found = NULL;
 
 	pthread_mutex_lock(&posted_lock);
-	for (unsigned int i = posted_head - POSTED_MAX; i != posted_head; i++) {
-		struct posted *r = &posted_wr[i % POSTED_MAX];
+	for (unsigned int i = posted_head; i != posted_head - POSTED_MAX; i--) {
+		struct posted *r = &posted_wr[(i - 1) % POSTED_MAX];
 
 		if (r->cq == cq && r->wr_id == wr_id) {
-			*out = *r;
-			r->cq = NULL;
-			found = true;
-			break;
+			if (r->qpn == qpn || !r->qpn) {
+				found = r;
+				break;
+			}
+			if (!found)
+				found = r;
 		}
 	}
+	if (found) {
+		*out = *found;
+		found->cq = NULL;
+	}
 	pthread_mutex_unlock(&posted_lock);
-	return found;
+	return found != NULL;
 }
 
 /* Forgets every record of @cq (being destroyed: its address may come back). */
@@ -398,7 +410,7 @@ bool tp_posted_mismatch(struct ibv_cq *cq, const struct ibv_wc *wc, char *msg, s
 	struct posted r;
 	struct tp_wc_expect e = { .wr_id = wc->wr_id, .status = wc->status };
 
-	if (!posted_take(cq, wc->wr_id, &r)) {
+	if (!posted_take(cq, wc->wr_id, wc->qp_num, &r)) {
 		/* Not posted through us: what holds for any completion. */
 		if (wc->status == IBV_WC_SUCCESS && (wc->opcode & IBV_WC_RECV)) {
 			e.check = TP_WCE_FLAGS;
