@@ -77,6 +77,12 @@ int tp_ep_close(struct tp_ep *ep)
 		close_why("receive CQ: %s", why);
 		rc = -1;
 	}
+	/* And every async event it caused, it waited for (before the QPs go: destroying an
+	 * object drops the events about it). */
+	if (tu_async_leftover(ep->res->ctx, why, sizeof(why))) {
+		close_why("%s", why);
+		rc = -1;
+	}
 	for (int i = ep->nqp - 1; i >= 0; i--)
 		if (ep->qp[i] && ibv_destroy_qp(ep->qp[i])) {
 			close_why("ibv_destroy_qp: errno %d", errno);
@@ -115,10 +121,6 @@ int tp_ep_close(struct tp_ep *ep)
 	}
 	if (ep->ch && ibv_destroy_comp_channel(ep->ch)) {
 		close_why("ibv_destroy_comp_channel: errno %d", errno);
-		rc = -1;
-	}
-	if (tu_async_leftover(ep->res->ctx, why, sizeof(why))) {
-		close_why("%s", why);
 		rc = -1;
 	}
 	if (tu_res_close(ep->res)) {

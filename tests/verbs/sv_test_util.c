@@ -48,6 +48,12 @@ int tu_res_close(struct tu_res *res)
 
 	if (!res)
 		return 0;
+	/* Every async event the test caused, it waited for: none may be left. Checked
+	 * before the QPs go (destroying an object drops the events about it). */
+	if (tu_async_leftover(res->ctx, why, sizeof(why))) {
+		fprintf(stderr, "tu_res_close: %s\n", why);
+		rc = -1;
+	}
 	if (tu_destroy_kept_qps(res))
 		rc = -1;
 	if (res->cq && tu_cq_leftover(res->cq, why, sizeof(why))) {
@@ -58,7 +64,6 @@ int tu_res_close(struct tu_res *res)
 		rc = -1;
 	if (res->pd && ibv_dealloc_pd(res->pd))
 		rc = -1;
-	/* Every async event the test caused, it waited for: none may be left. */
 	if (tu_async_leftover(res->ctx, why, sizeof(why))) {
 		fprintf(stderr, "tu_res_close: %s\n", why);
 		rc = -1;

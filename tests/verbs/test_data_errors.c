@@ -94,6 +94,18 @@ static void expect_peer_access_err(struct tp_pair *x, const char *what)
 		fail_msg("%s: the responder's QP is not in ERR", what);
 }
 
+/* We, the responder, after a remote access violation on our QP @q: its async event. */
+static void expect_local_access_err(struct tp_pair *x, int q, const char *what)
+{
+	struct ibv_async_event ev;
+
+	if (!tp_wait_async(x->ep.res->ctx, IBV_EVENT_QP_ACCESS_ERR, W, &ev))
+		fail_msg("%s: no IBV_EVENT_QP_ACCESS_ERR at the responder (us)", what);
+	if (ev.element.qp != x->ep.qp[q])
+		fail_msg("%s: IBV_EVENT_QP_ACCESS_ERR about QP %u, expected %u", what,
+			 ev.element.qp->qp_num, x->ep.qp[q]->qp_num);
+}
+
 /* ---- local errors ---------------------------------------------------------------------- */
 
 static void test_local_protection_errors(void **state)
@@ -349,6 +361,7 @@ static void test_nothing_executes_after_a_failed_write(void **state)
 	tp_check_peer(&x->peer, 8192, 1000, 31, 0, "target of the failed WRITE");
 	tp_check_peer(&x->peer, 2 * 8192, 1000, 32, 0, "target of a WRITE after the failed one");
 	tp_check_peer(&x->peer, 3 * 8192, 1000, 33, 0, "target of a WRITE after the failed one");
+	expect_peer_access_err(x, "a WRITE with a bad rkey");
 	tp_pair_stop(x);
 }
 
@@ -555,6 +568,7 @@ static void test_registered_memory_unmapped_by_its_owner(void **state)
 	tp_expect_peer_wc(&x->peer, true, 200, IBV_WC_REM_ACCESS_ERR, NULL);
 	for (uint64_t id = 201; id < 208; id++) /* the rest of the list, flushed */
 		tp_expect_peer_wc(&x->peer, true, id, IBV_WC_WR_FLUSH_ERR, NULL);
+	expect_local_access_err(x, x->lq, "tiny WRITEs into the hole");
 
 	renew(x, TP_QP_ACCESS_ALL);
 	if (!still_a_hole(hole))
@@ -564,6 +578,7 @@ static void test_registered_memory_unmapped_by_its_owner(void **state)
 	w.rkey = mr->rkey;
 	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
 	tp_expect_peer_wc(&x->peer, true, 300, IBV_WC_REM_ACCESS_ERR, NULL);
+	expect_local_access_err(x, x->lq, "a WRITE into the hole");
 
 	renew(x, TP_QP_ACCESS_ALL);
 	if (!still_a_hole(hole))
@@ -573,6 +588,7 @@ static void test_registered_memory_unmapped_by_its_owner(void **state)
 	w.rkey = mr->rkey;
 	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
 	tp_expect_peer_wc(&x->peer, true, 400, IBV_WC_REM_ACCESS_ERR, NULL);
+	expect_local_access_err(x, x->lq, "a READ from the hole");
 out:
 	assert_int_equal(ibv_dereg_mr(mr), 0);
 	munmap(mem, 4096);
