@@ -295,6 +295,7 @@ static enum ibv_wc_opcode wc_opcode_of(uint32_t wr_opcode)
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
 	case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+	case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
 	case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
 	case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
 	case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
@@ -315,6 +316,7 @@ static const char *wc_opcode_str(int op)
 	case IBV_WC_FETCH_ADD: return "FETCH_ADD";
 	case IBV_WC_BIND_MW: return "BIND_MW";
 	case IBV_WC_LOCAL_INV: return "LOCAL_INV";
+	case IBV_WC_ATOMIC_WRITE: return "ATOMIC_WRITE";
 	case IBV_WC_RECV: return "RECV";
 	case IBV_WC_RECV_RDMA_WITH_IMM: return "RECV_RDMA_WITH_IMM";
 	default:
