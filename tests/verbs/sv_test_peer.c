@@ -377,7 +377,8 @@ bool tp_wc_mismatch(const struct ibv_wc *wc, const struct tp_wc_expect *e, char 
 	}
 	if (!field && ok && (c & TP_WCE_FLAGS) &&
 	    (wc->wc_flags & flags_fixed) != (e->wc_flags & flags_fixed)) {
-		field = e->wc_flags_any ? "wc_flags (the bits that are not free)" : "wc_flags";
+		field = e->wc_flags_any ? "wc_flags (bits other than those the WR leaves open)" :
+					 "wc_flags";
 		got = wc->wc_flags & flags_fixed;
 		want = e->wc_flags & flags_fixed;
 	}
