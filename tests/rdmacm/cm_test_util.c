@@ -193,6 +193,14 @@ void ct_expect_wc(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status status, 
 		fail_msg("expected completion %llu (%s), got %llu (%s, vendor_err %u)",
 			 (unsigned long long)wr_id, ibv_wc_status_str(status),
 			 (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), wc.vendor_err);
+	/* Defined for every status (ibv_poll_cq(3)); softverbs reports none. */
+	if (wc.vendor_err)
+		fail_msg("completion %llu: vendor_err %u, expected 0", (unsigned long long)wr_id,
+			 wc.vendor_err);
+	/* A send-queue completion carries none of the receive-side flags. */
+	if (status == IBV_WC_SUCCESS && !(wc.opcode & IBV_WC_RECV) && wc.wc_flags)
+		fail_msg("completion %llu (send queue): wc_flags 0x%x, expected 0",
+			 (unsigned long long)wr_id, wc.wc_flags);
 	if (out)
 		*out = wc;
 }
@@ -283,6 +291,12 @@ void ct_pair_connect(struct ct_pair *p, const struct rdma_conn_param *cparam,
 		fail_msg("rdma_accept: errno %d", errno);
 
 	ev = ct_wait_event(p->cch, RDMA_CM_EVENT_ESTABLISHED, CT_WAIT_MS);
+	if (ev->status) {
+		int st = ev->status;
+
+		rdma_ack_cm_event(ev);
+		fail_msg("the client's ESTABLISHED: status %d, expected 0", st);
+	}
 	keep_pd(p->rep_pd, &p->rep_pd_len, &ev->param.conn);
 	p->rep_qp_num = ev->param.conn.qp_num;
 	assert_int_equal(rdma_ack_cm_event(ev), 0);
@@ -295,25 +309,33 @@ void ct_pair_open(struct ct_pair *p, int family)
 	ct_pair_connect(p, NULL, NULL);
 }
 
-static void close_id(struct rdma_cm_id **id)
+/* Destroys @id and its QP: 0, or the errno of a failed rdma_destroy_id. */
+static int close_id(struct rdma_cm_id **id)
 {
+	int err = 0;
+
 	if (!*id)
-		return;
+		return 0;
 	if ((*id)->qp)
 		rdma_destroy_qp(*id);
 	if (rdma_destroy_id(*id))
-		fprintf(stderr, "ct_pair_close: rdma_destroy_id: errno %d\n", errno);
+		err = errno ? errno : -1;
 	*id = NULL;
+	return err;
 }
 
 void ct_pair_close(struct ct_pair *p)
 {
-	close_id(&p->client);
-	close_id(&p->server);
-	close_id(&p->listen_id);
+	/* Everything is destroyed first, then a failure fails the test. */
+	int client = close_id(&p->client), server = close_id(&p->server),
+	    listener = close_id(&p->listen_id);
+
 	if (p->cch)
 		rdma_destroy_event_channel(p->cch);
 	if (p->lch)
 		rdma_destroy_event_channel(p->lch);
 	p->cch = p->lch = NULL;
+	if (client || server || listener)
+		fail_msg("ct_pair_close: rdma_destroy_id failed: client errno %d, server errno %d, "
+			 "listener errno %d (0: destroyed)", client, server, listener);
 }

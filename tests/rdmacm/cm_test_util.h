@@ -107,7 +107,8 @@ void ct_client_connect(struct ct_pair *p, const struct rdma_conn_param *cparam);
 /* Resolves the client's address and route, creates its QP, connects (@cparam; NULL:
  * responder_resources 1, initiator_depth 1, retry 7, rnr_retry 7); takes the connect request
  * (req_pd), creates the server's QP, accepts (@sparam; NULL likewise); then the client's
- * ESTABLISHED (rep_pd) and the server's. RC only. Fails the test if a step fails. */
+ * ESTABLISHED (rep_pd) and the server's, both with status 0. RC only. Fails the test if a
+ * step fails. */
 void ct_pair_connect(struct ct_pair *p, const struct rdma_conn_param *cparam,
 		     const struct rdma_conn_param *sparam);
 
@@ -115,7 +116,8 @@ void ct_pair_connect(struct ct_pair *p, const struct rdma_conn_param *cparam,
 void ct_pair_open(struct ct_pair *p, int family);
 
 /* Destroys the QPs (rdma_destroy_qp), ids and channels that exist; tolerant of any half
- * set-up state and safe to call twice. */
+ * set-up state and safe to call twice. Fails the test, once all is destroyed, if an
+ * rdma_destroy_id failed. */
 void ct_pair_close(struct ct_pair *p);
 
 #endif

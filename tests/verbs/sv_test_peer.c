@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -19,6 +20,8 @@
 #include <unistd.h>
 
 /* ---- endpoint ------------------------------------------------------------------------ */
+
+static void posted_forget(struct ibv_cq *cq);
 
 void tp_ep_open(struct tp_ep *ep, size_t len, int mr_access)
 {
@@ -39,35 +42,93 @@ void tp_ep_open(struct tp_ep *ep, size_t len, int mr_access)
 		fail_msg("ibv_reg_mr of %zu bytes, access 0x%x: errno %d", len, mr_access, errno);
 }
 
+char tp_close_why[512];
+
+/* Appends to tp_close_why (what tp_ep_close found wrong). */
+static void close_why(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void close_why(const char *fmt, ...)
+{
+	size_t at = strlen(tp_close_why);
+	va_list ap;
+
+	if (at + 3 >= sizeof(tp_close_why))
+		return;
+	if (at)
+		at += (size_t)snprintf(tp_close_why + at, sizeof(tp_close_why) - at, "; ");
+	va_start(ap, fmt);
+	vsnprintf(tp_close_why + at, sizeof(tp_close_why) - at, fmt, ap);
+	va_end(ap);
+}
+
 int tp_ep_close(struct tp_ep *ep)
 {
+	char why[256];
 	int rc = 0;
 
+	tp_close_why[0] = 0;
 	if (!ep->res)
 		return 0;
+	/* What the test left: every completion it caused, it polled. */
+	if (ep->scq && tu_cq_leftover(ep->scq, why, sizeof(why))) {
+		close_why("send CQ: %s", why);
+		rc = -1;
+	}
+	if (ep->rcq && tu_cq_leftover(ep->rcq, why, sizeof(why))) {
+		close_why("receive CQ: %s", why);
+		rc = -1;
+	}
+	/* And every async event it caused, it waited for (before the QPs go: destroying an
+	 * object drops the events about it). */
+	if (tu_async_leftover(ep->res->ctx, why, sizeof(why))) {
+		close_why("%s", why);
+		rc = -1;
+	}
 	for (int i = ep->nqp - 1; i >= 0; i--)
 		if (ep->qp[i] && ibv_destroy_qp(ep->qp[i])) {
-			fprintf(stderr, "tp_ep_close: ibv_destroy_qp: errno %d\n", errno);
+			close_why("ibv_destroy_qp: errno %d", errno);
 			rc = -1;
 		}
 	ep->nqp = 0;
 	for (int i = ep->nah - 1; i >= 0; i--)
-		rc |= ibv_destroy_ah(ep->ah[i]) ? -1 : 0;
+		if (ibv_destroy_ah(ep->ah[i])) {
+			close_why("ibv_destroy_ah: errno %d", errno);
+			rc = -1;
+		}
 	ep->nah = 0;
-	if (ep->srq && ibv_destroy_srq(ep->srq))
+	if (ep->srq && ibv_destroy_srq(ep->srq)) {
+		close_why("ibv_destroy_srq: errno %d", errno);
 		rc = -1;
-	if (ep->mr && ibv_dereg_mr(ep->mr))
+	}
+	if (ep->mr && ibv_dereg_mr(ep->mr)) {
+		close_why("ibv_dereg_mr: errno %d", errno);
 		rc = -1;
+	}
 	if (ep->buf)
 		munmap(ep->buf, ep->len);
-	if (ep->scq && ibv_destroy_cq(ep->scq))
+	if (ep->scq) {
+		posted_forget(ep->scq);
+		if (ibv_destroy_cq(ep->scq)) {
+			close_why("ibv_destroy_cq (send): errno %d", errno);
+			rc = -1;
+		}
+	}
+	if (ep->rcq) {
+		posted_forget(ep->rcq);
+		if (ibv_destroy_cq(ep->rcq)) {
+			close_why("ibv_destroy_cq (receive): errno %d", errno);
+			rc = -1;
+		}
+	}
+	if (ep->ch && ibv_destroy_comp_channel(ep->ch)) {
+		close_why("ibv_destroy_comp_channel: errno %d", errno);
 		rc = -1;
-	if (ep->rcq && ibv_destroy_cq(ep->rcq))
+	}
+	if (tu_res_close(ep->res)) {
+		close_why("tu_res_close failed (see above)");
 		rc = -1;
-	if (ep->ch && ibv_destroy_comp_channel(ep->ch))
-		rc = -1;
-	if (tu_res_close(ep->res))
-		rc = -1;
+	}
+	if (rc)
+		fprintf(stderr, "tp_ep_close (pid %d): %s\n", (int)getpid(), tp_close_why);
 	memset(ep, 0, sizeof(*ep));
 	return rc;
 }
@@ -154,6 +215,252 @@ static struct ibv_ah *ep_ah(struct tp_ep *ep, const struct ibv_ah_attr *want)
 	return ep->ah[ep->nah++];
 }
 
+/* ---- what was posted, to check its completion against ----------------------------- */
+
+/*
+ * Every WR posted through tp_ep_post_send/tp_ep_post_recv, per CQ it completes on, in a
+ * ring (the oldest are forgotten once it is full: their completions get the checks that
+ * need no WR). Threads of one test post at once: a lock.
+ */
+#define POSTED_MAX 4096
+struct posted {
+	struct ibv_cq *cq; /* NULL: free */
+	uint64_t wr_id;
+	uint32_t qpn; /* 0: an SRQ's receive (any QP on it) */
+	uint32_t qp_type;
+	bool recv;
+	uint32_t opcode; /* enum ibv_wr_opcode */
+	uint64_t len;    /* the SGEs' total: bytes sent, read, or room to receive */
+};
+static struct posted posted_wr[POSTED_MAX];
+static unsigned int posted_head;
+static pthread_mutex_t posted_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void posted_add(struct ibv_cq *cq, uint64_t wr_id, const struct ibv_qp *qp, bool recv,
+		       uint32_t opcode, uint64_t len)
+{
+	pthread_mutex_lock(&posted_lock);
+	posted_wr[posted_head++ % POSTED_MAX] = (struct posted){
+		.cq = cq, .wr_id = wr_id, .qpn = qp ? qp->qp_num : 0,
+		.qp_type = qp ? qp->qp_type : 0, .recv = recv, .opcode = opcode, .len = len,
+	};
+	pthread_mutex_unlock(&posted_lock);
+}
+
+/*
+ * Takes the newest record of @wr_id on @cq, preferring one of QP @qpn, into *out: false if
+ * there is none. The newest, not the oldest: a test that polls some completions itself
+ * (ibv_poll_cq, tu_poll) or posts unsignaled WRs leaves records behind that no completion
+ * takes, and a wr_id is reused far more often after its completion than while it is
+ * still outstanding.
+ */
+static bool posted_take(struct ibv_cq *cq, uint64_t wr_id, uint32_t qpn, struct posted *out)
+{
+	struct posted *found = NULL;
+
+	pthread_mutex_lock(&posted_lock);
+	for (unsigned int i = posted_head; i != posted_head - POSTED_MAX; i--) {
+		struct posted *r = &posted_wr[(i - 1) % POSTED_MAX];
+
+		if (r->cq == cq && r->wr_id == wr_id) {
+			if (r->qpn == qpn || !r->qpn) {
+				found = r;
+				break;
+			}
+			if (!found)
+				found = r;
+		}
+	}
+	if (found) {
+		*out = *found;
+		found->cq = NULL;
+	}
+	pthread_mutex_unlock(&posted_lock);
+	return found != NULL;
+}
+
+/* Forgets every record of @cq (being destroyed: its address may come back). */
+static void posted_forget(struct ibv_cq *cq)
+{
+	pthread_mutex_lock(&posted_lock);
+	for (unsigned int i = 0; i < POSTED_MAX; i++)
+		if (posted_wr[i].cq == cq)
+			posted_wr[i].cq = NULL;
+	pthread_mutex_unlock(&posted_lock);
+}
+
+static enum ibv_wc_opcode wc_opcode_of(uint32_t wr_opcode)
+{
+	switch (wr_opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+	case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+	case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
+	case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+	case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
+	case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
+	default: return IBV_WC_SEND; /* SEND, SEND_WITH_IMM, SEND_WITH_INV */
+	}
+}
+
+static const char *wc_opcode_str(int op)
+{
+	static __thread char other[24];
+
+	switch (op) {
+	case IBV_WC_SEND: return "SEND";
+	case IBV_WC_RDMA_WRITE: return "RDMA_WRITE";
+	case IBV_WC_RDMA_READ: return "RDMA_READ";
+	case IBV_WC_COMP_SWAP: return "COMP_SWAP";
+	case IBV_WC_FETCH_ADD: return "FETCH_ADD";
+	case IBV_WC_BIND_MW: return "BIND_MW";
+	case IBV_WC_LOCAL_INV: return "LOCAL_INV";
+	case IBV_WC_ATOMIC_WRITE: return "ATOMIC_WRITE";
+	case IBV_WC_RECV: return "RECV";
+	case IBV_WC_RECV_RDMA_WITH_IMM: return "RECV_RDMA_WITH_IMM";
+	default:
+		snprintf(other, sizeof(other), "opcode %d", op);
+		return other;
+	}
+}
+
+struct tp_wc_expect tp_send_expect(uint64_t wr_id, uint32_t qpn, enum ibv_wc_opcode opcode,
+				   uint32_t byte_len)
+{
+	struct tp_wc_expect e = { .wr_id = wr_id, .status = IBV_WC_SUCCESS, .check = TP_WCE_SEND,
+				  .qp_num = qpn, .opcode = opcode };
+
+	if (opcode == IBV_WC_RDMA_READ || opcode == IBV_WC_COMP_SWAP ||
+	    opcode == IBV_WC_FETCH_ADD) {
+		e.check |= TP_WCE_BYTE_LEN;
+		e.byte_len = opcode == IBV_WC_RDMA_READ ? byte_len : 8;
+	}
+	return e;
+}
+
+struct tp_wc_expect tp_recv_expect(uint64_t wr_id, const struct tp_info *to,
+				   const struct tp_info *from, enum ibv_wc_opcode opcode,
+				   uint32_t byte_len)
+{
+	return (struct tp_wc_expect){ .wr_id = wr_id, .status = IBV_WC_SUCCESS,
+				      .check = TP_WCE_RECV, .qp_num = to->qpn, .opcode = opcode,
+				      .byte_len = byte_len, .src_qp = from->qpn,
+				      .slid = from->lid };
+}
+
+bool tp_wc_mismatch(const struct ibv_wc *wc, const struct tp_wc_expect *e, char *msg,
+		    size_t len)
+{
+	const char *field = NULL;
+	long long got = 0, want = 0;
+	bool ok = wc->status == IBV_WC_SUCCESS;
+	unsigned int c = e->check, flags_fixed = ~e->wc_flags_any;
+
+#define WCE(cond, f, w)                                                                     \
+	if (!field && (cond) && (long long)(wc->f) != (long long)(w)) {                     \
+		field = #f;                                                                 \
+		got = (long long)(wc->f);                                                   \
+		want = (long long)(w);                                                      \
+	}
+	WCE(true, wr_id, e->wr_id);
+	WCE(true, status, e->status);
+	WCE(c & TP_WCE_QPN, qp_num, e->qp_num);
+	WCE(true, vendor_err, 0);
+	WCE(ok && (c & TP_WCE_OPCODE), opcode, e->opcode);
+	WCE(ok && (c & TP_WCE_BYTE_LEN), byte_len, e->byte_len);
+	if (!field && ok && !(c & TP_WCE_BYTE_LEN) && e->byte_len_max &&
+	    wc->byte_len > e->byte_len_max) {
+		field = "byte_len (at most the room posted)";
+		got = wc->byte_len;
+		want = e->byte_len_max;
+	}
+	if (!field && ok && (c & TP_WCE_FLAGS) &&
+	    (wc->wc_flags & flags_fixed) != (e->wc_flags & flags_fixed)) {
+		field = e->wc_flags_any ? "wc_flags (bits other than those the WR leaves open)" :
+					 "wc_flags";
+		got = wc->wc_flags & flags_fixed;
+		want = e->wc_flags & flags_fixed;
+	}
+	WCE(ok && (c & TP_WCE_FLAGS) && (wc->wc_flags & e->wc_flags & IBV_WC_WITH_IMM), imm_data,
+	    e->imm_data);
+	WCE(ok && (c & TP_WCE_FLAGS) && (wc->wc_flags & e->wc_flags & IBV_WC_WITH_INV),
+	    invalidated_rkey, e->imm_data);
+	WCE(ok && (c & TP_WCE_SOURCE), src_qp, e->src_qp);
+	WCE(ok && (c & TP_WCE_SOURCE), slid, e->slid);
+	WCE(ok && (c & TP_WCE_SOURCE), sl, e->sl);
+	WCE(ok && (c & TP_WCE_SOURCE), dlid_path_bits, e->dlid_path_bits);
+	WCE(ok && (c & TP_WCE_PKEY), pkey_index, e->pkey_index);
+#undef WCE
+	if (!field)
+		return false;
+	snprintf(msg, len, "completion wr_id %llu (%s, %s): %s is %lld (0x%llx), expected %lld "
+		 "(0x%llx)",
+		 (unsigned long long)wc->wr_id, ibv_wc_status_str(wc->status),
+		 ok ? wc_opcode_str(wc->opcode) : "opcode undefined", field, got,
+		 (unsigned long long)got, want, (unsigned long long)want);
+	return true;
+}
+
+void tp_check_wc(const struct ibv_wc *wc, const struct tp_wc_expect *e, const char *what)
+{
+	char m[256];
+
+	if (tp_wc_mismatch(wc, e, m, sizeof(m)))
+		fail_msg("%s: %s", what, m);
+}
+
+bool tp_posted_mismatch(struct ibv_cq *cq, const struct ibv_wc *wc, char *msg, size_t len)
+{
+	struct posted r;
+	struct tp_wc_expect e = { .wr_id = wc->wr_id, .status = wc->status };
+
+	if (!posted_take(cq, wc->wr_id, wc->qp_num, &r)) {
+		/* Not posted through us: what holds for any completion. */
+		if (wc->status == IBV_WC_SUCCESS && (wc->opcode & IBV_WC_RECV)) {
+			e.check = TP_WCE_FLAGS;
+			e.wc_flags_any = IBV_WC_GRH | IBV_WC_WITH_IMM | IBV_WC_WITH_INV;
+			e.wc_flags = wc->wc_flags & e.wc_flags_any;
+			e.imm_data = wc->imm_data;
+		} else if (wc->status == IBV_WC_SUCCESS) {
+			e.check = TP_WCE_FLAGS;
+		}
+		return tp_wc_mismatch(wc, &e, msg, len);
+	}
+	e.qp_num = r.qpn;
+	if (!r.recv) {
+		e = tp_send_expect(wc->wr_id, r.qpn, wc_opcode_of(r.opcode), (uint32_t)r.len);
+		e.status = wc->status;
+		return tp_wc_mismatch(wc, &e, msg, len);
+	}
+	/* A receive: what the WR and the QP's type fix. */
+	e.check = (r.qpn ? TP_WCE_QPN : 0) | TP_WCE_FLAGS;
+	e.wc_flags_any = IBV_WC_WITH_IMM | IBV_WC_WITH_INV;
+	if (r.qp_type == IBV_QPT_UD)
+		e.wc_flags_any |= IBV_WC_GRH;
+	e.wc_flags = wc->wc_flags & e.wc_flags_any;
+	e.imm_data = wc->imm_data;
+	e.byte_len_max = (uint32_t)r.len;
+	if (wc->status == IBV_WC_SUCCESS) {
+		if (wc->opcode != IBV_WC_RECV && wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
+			snprintf(msg, len, "completion wr_id %llu on a receive queue: opcode is %s, "
+				 "expected RECV or RECV_RDMA_WITH_IMM",
+				 (unsigned long long)wc->wr_id, wc_opcode_str(wc->opcode));
+			return true;
+		}
+		if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM && !(wc->wc_flags & IBV_WC_WITH_IMM)) {
+			snprintf(msg, len, "completion wr_id %llu: RECV_RDMA_WITH_IMM without "
+				 "IBV_WC_WITH_IMM in wc_flags 0x%x",
+				 (unsigned long long)wc->wr_id, wc->wc_flags);
+			return true;
+		}
+		/* RDMA WRITE with immediate consumes a receive but fills none of it. */
+		if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+			e.byte_len_max = 0;
+	}
+	return tp_wc_mismatch(wc, &e, msg, len);
+}
+
 int tp_ep_post_send(struct tp_ep *ep, int qp, const struct tp_wr *w, int n, int *bad)
 {
 	struct ibv_send_wr *wr = calloc((size_t)n, sizeof(*wr)), *bad_wr = NULL;
@@ -196,6 +503,14 @@ int tp_ep_post_send(struct tp_ep *ep, int qp, const struct tp_wr *w, int n, int 
 	rc = ibv_post_send(ep->qp[qp], wr, &bad_wr);
 	if (bad)
 		*bad = rc && bad_wr ? (int)(bad_wr - wr) : n;
+	for (int i = 0; i < (rc && bad_wr ? (int)(bad_wr - wr) : rc ? 0 : n); i++) {
+		uint64_t total = 0;
+
+		for (uint32_t k = 0; k < w[i].nsge; k++)
+			total += w[i].sge[k].len;
+		/* Unsignaled WRs complete too when they fail or are flushed. */
+		posted_add(ep->qp[qp]->send_cq, w[i].wr_id, ep->qp[qp], false, w[i].opcode, total);
+	}
 	free(sge);
 	free(wr);
 	return rc;
@@ -205,6 +520,7 @@ int tp_ep_post_recv(struct tp_ep *ep, int qp, uint64_t wr_id, const struct tp_sg
 {
 	struct ibv_sge sge[TP_MAX_SGE];
 	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = sge, .num_sge = nsge }, *bad;
+	int rc;
 
 	assert_true(nsge <= TP_MAX_SGE);
 	for (int k = 0; k < nsge; k++) {
@@ -214,7 +530,16 @@ int tp_ep_post_recv(struct tp_ep *ep, int qp, uint64_t wr_id, const struct tp_sg
 	}
 	if (!nsge)
 		wr.sg_list = NULL;
-	return qp < 0 ? ibv_post_srq_recv(ep->srq, &wr, &bad) : ibv_post_recv(ep->qp[qp], &wr, &bad);
+	rc = qp < 0 ? ibv_post_srq_recv(ep->srq, &wr, &bad) : ibv_post_recv(ep->qp[qp], &wr, &bad);
+	if (!rc) {
+		uint64_t room = 0;
+
+		for (int k = 0; k < nsge; k++)
+			room += s[k].len;
+		posted_add(qp < 0 ? ep->rcq : ep->qp[qp]->recv_cq, wr_id, qp < 0 ? NULL : ep->qp[qp],
+			   true, 0, room);
+	}
+	return rc;
 }
 
 /* ---- patterns and waits --------------------------------------------------------------- */
@@ -261,6 +586,7 @@ void tp_expect_wc(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status status, 
 		  struct ibv_wc *out)
 {
 	struct ibv_wc wc;
+	char m[256];
 
 	memset(&wc, 0, sizeof(wc));
 	if (tu_poll(cq, 1, &wc, timeout_ms) != 1)
@@ -271,8 +597,38 @@ void tp_expect_wc(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status status, 
 			 "status %s",
 			 (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status), wc.vendor_err,
 			 (unsigned long long)wr_id, ibv_wc_status_str(status));
+	if (tp_posted_mismatch(cq, &wc, m, sizeof(m)))
+		fail_msg("%s", m);
 	if (out)
 		*out = wc;
+}
+
+void tp_expect_wc_full(struct ibv_cq *cq, const struct tp_wc_expect *e, int timeout_ms,
+		       const char *what, struct ibv_wc *out)
+{
+	struct ibv_wc wc;
+
+	tp_expect_wc(cq, e->wr_id, e->status, timeout_ms, &wc);
+	tp_check_wc(&wc, e, what);
+	if (out)
+		*out = wc;
+}
+
+void tp_poll_exact(struct ibv_cq *cq, int n, struct ibv_wc *wc, int timeout_ms, const char *what)
+{
+	struct ibv_wc extra;
+	char m[256];
+	int got = tu_poll(cq, n, wc, timeout_ms);
+
+	if (got != n)
+		fail_msg("%s: %d of %d completions within %d ms", what, got, n, timeout_ms);
+	for (int i = 0; i < n; i++)
+		if (tp_posted_mismatch(cq, &wc[i], m, sizeof(m)))
+			fail_msg("%s: completion %d of %d: %s", what, i + 1, n, m);
+	if (ibv_poll_cq(cq, 1, &extra) != 0)
+		fail_msg("%s: a completion beyond the %d expected: wr_id %llu status %s opcode %s",
+			 what, n, (unsigned long long)extra.wr_id, ibv_wc_status_str(extra.status),
+			 wc_opcode_str(extra.opcode));
 }
 
 void tp_expect_no_wc(struct ibv_cq *cq, int ms, const char *why)
@@ -297,27 +653,37 @@ bool tp_wait_state(struct ibv_qp *qp, enum ibv_qp_state state, int timeout_ms)
 	}
 }
 
+/* The next async event within @timeout_ms: 1 if it is @type (about @qp, or @srq, if not
+ * NULL), 0 if none came, -1 and @msg if another came. */
+static int wait_async(struct ibv_context *ctx, enum ibv_event_type type, struct ibv_qp *qp,
+		      struct ibv_srq *srq, int timeout_ms, struct ibv_async_event *out,
+		      char *msg, size_t len)
+{
+	struct ibv_async_event ev;
+	char d[128];
+
+	if (!tu_next_async(ctx, timeout_ms, &ev, d, sizeof(d)))
+		return 0;
+	if (ev.event_type != type || (qp && ev.element.qp != qp) ||
+	    (srq && ev.element.srq != srq)) {
+		snprintf(msg, len, "waiting for %s: unexpected async event %s",
+			 ibv_event_type_str(type), d);
+		return -1;
+	}
+	if (out)
+		*out = ev;
+	return 1;
+}
+
 bool tp_wait_async(struct ibv_context *ctx, enum ibv_event_type type, int timeout_ms,
 		   struct ibv_async_event *out)
 {
-	long long end = tu_now_ms() + timeout_ms;
+	char m[200];
+	int r = wait_async(ctx, type, NULL, NULL, timeout_ms, out, m, sizeof(m));
 
-	for (;;) {
-		struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
-		struct ibv_async_event ev;
-		long long left = end - tu_now_ms();
-
-		if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
-			return false;
-		if (ibv_get_async_event(ctx, &ev))
-			return false;
-		ibv_ack_async_event(&ev);
-		if (ev.event_type == type) {
-			if (out)
-				*out = ev;
-			return true;
-		}
-	}
+	if (r < 0)
+		fail_msg("%s", m);
+	return r > 0;
 }
 
 bool tp_fd_ready(int fd)
@@ -355,6 +721,7 @@ struct tp_rep {
 };
 
 /* The agent: where parent and child meet. */
+enum { TP_RC_BAD_WC = -77 }; /* a polled completion does not match its WR: rep.msg says */
 static const char agent_flag[] = "--tp-agent";
 
 static void agent_fail(struct tp_rep *rep, int rc, const char *fmt, ...)
@@ -749,6 +1116,13 @@ static void agent_do(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *re
 		break;
 	case TP_POLL:
 		rep->n = tu_poll(q->a ? ep->scq : ep->rcq, q->n, rep->wc, (int)q->b);
+		/* Each against the WR it completes: the parent fails the test on a mismatch. */
+		for (int i = 0; i < rep->n; i++)
+			if (tp_posted_mismatch(q->a ? ep->scq : ep->rcq, &rep->wc[i], rep->msg,
+					       sizeof(rep->msg))) {
+				rep->rc = TP_RC_BAD_WC;
+				break;
+			}
 		break;
 	case TP_FILL:
 		tp_fill(ep->buf + q->a, q->b, (uint32_t)q->c, q->d);
@@ -775,13 +1149,15 @@ static void agent_do(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *re
 			rep->v = tp_wait_state(ep->qp[qp], (enum ibv_qp_state)q->a, (int)q->b);
 		break;
 	case TP_WAIT_ASYNC: {
-		struct ibv_async_event ev;
-		long long end = tu_now_ms() + (long long)q->b;
+		int r;
 
-		rep->v = 0;
-		while (!rep->v && tp_wait_async(ep->res->ctx, (enum ibv_event_type)q->a,
-						(int)(end - tu_now_ms()), &ev))
-			rep->v = qp < 0 ? ev.element.srq == ep->srq : ev.element.qp == ep->qp[qp];
+		if (qp >= 0 && !agent_has_qp(ep, qp, rep))
+			break;
+		r = wait_async(ep->res->ctx, (enum ibv_event_type)q->a, qp < 0 ? NULL : ep->qp[qp],
+			       qp < 0 ? ep->srq : NULL, (int)q->b, NULL, rep->msg, sizeof(rep->msg));
+		rep->v = r > 0;
+		if (r < 0)
+			rep->rc = -1;
 		break;
 	}
 	case TP_ASYNC_PENDING:
@@ -855,6 +1231,9 @@ static void agent_do(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *re
 		break;
 	case TP_EXIT:
 		rep->rc = tp_ep_close(ep);
+		if (rep->rc)
+			snprintf(rep->msg, sizeof(rep->msg), "closing its endpoint: %.170s",
+				 tp_close_why);
 		break;
 	default:
 		agent_fail(rep, -1, "unknown request %u", q->op);
@@ -927,25 +1306,38 @@ bool tp_fresh(const char *test_name, int timeout_ms)
 {
 	extern char **environ;
 	const char *fresh = getenv("SV_TEST_FRESH");
-	char filter[160], mark[160], **env;
+	char filter[160], mark[160], ran[48], **env, byte;
 	struct tp_peer p = { .sock = -1, .pidfd = -1 };
 	size_t n = 0;
+	int pfd[2];
+	ssize_t r;
 
-	if (fresh && !strcmp(fresh, test_name))
+	if (fresh && !strcmp(fresh, test_name)) {
+		/* Tell the parent the filter found this test. */
+		const char *fd = getenv("SV_TEST_FRESH_FD");
+
+		if (fd && write(atoi(fd), "r", 1) != 1)
+			fail_msg("tp_fresh: telling the parent the test ran: errno %d", errno);
 		return true;
+	}
+	assert_int_equal(pipe2(pfd, O_CLOEXEC), 0);
 	snprintf(filter, sizeof(filter), "SV_TEST_FILTER=%s", test_name);
 	snprintf(mark, sizeof(mark), "SV_TEST_FRESH=%s", test_name);
+	snprintf(ran, sizeof(ran), "SV_TEST_FRESH_FD=%d", pfd[1]);
 	while (environ[n])
 		n++;
-	env = calloc(n + 3, sizeof(*env));
+	env = calloc(n + 4, sizeof(*env));
 	assert_non_null(env);
 	for (size_t i = 0, k = 0; i < n; i++)
-		if (strncmp(environ[i], "SV_TEST_FILTER=", 15) && strncmp(environ[i], "SV_TEST_FRESH=", 14))
+		if (strncmp(environ[i], "SV_TEST_FILTER=", 15) &&
+		    strncmp(environ[i], "SV_TEST_FRESH=", 14) &&
+		    strncmp(environ[i], "SV_TEST_FRESH_FD=", 17))
 			env[k++] = environ[i];
 	for (n = 0; env[n]; n++)
 		;
 	env[n] = filter;
 	env[n + 1] = mark;
+	env[n + 2] = ran;
 	fflush(NULL);
 	p.pid = fork();
 	assert_true(p.pid >= 0);
@@ -953,9 +1345,11 @@ bool tp_fresh(const char *test_name, int timeout_ms)
 		char *argv[] = { "tp-fresh", NULL };
 
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		fcntl(pfd[1], F_SETFD, 0);
 		execve("/proc/self/exe", argv, env);
 		_exit(98);
 	}
+	close(pfd[1]);
 	free(env);
 	p.pidfd = (int)syscall(SYS_pidfd_open, p.pid, 0);
 	assert_true(p.pidfd >= 0);
@@ -963,13 +1357,20 @@ bool tp_fresh(const char *test_name, int timeout_ms)
 		kill(p.pid, SIGKILL);
 		reap(&p, TP_WAIT_MS);
 		close(p.pidfd);
+		close(pfd[0]);
 		fail_msg("the fresh run of %s did not end within %d ms (killed)", test_name,
 			 timeout_ms);
 	}
 	close(p.pidfd);
+	fcntl(pfd[0], F_SETFL, O_NONBLOCK);
+	r = read(pfd[0], &byte, 1);
+	close(pfd[0]);
 	if (p.status)
-		fail_msg("the fresh run of %s failed (exit status %d; its output is above)",
-			 test_name, p.status);
+		fail_msg("the fresh run of %s failed (%s; its output is above)", test_name,
+			 tp_status_str(&p));
+	if (r != 1)
+		fail_msg("the fresh run of %s ran no test: SV_TEST_FILTER=%s selected nothing, or "
+			 "the test does not call tp_fresh with its own name", test_name, test_name);
 	return false;
 }
 
@@ -1020,8 +1421,21 @@ static bool reap(struct tp_peer *p, int ms)
 	if (waitpid(p->pid, &st, 0) != p->pid)
 		return false;
 	p->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	p->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
 	p->pid = 0;
 	return true;
+}
+
+const char *tp_status_str(const struct tp_peer *p)
+{
+	static char s[64];
+
+	if (p->signal)
+		snprintf(s, sizeof(s), "was killed by signal %d (%s)", p->signal,
+			 strsignal(p->signal));
+	else
+		snprintf(s, sizeof(s), "exited with status %d", p->status);
+	return s;
 }
 
 void tp_kill(struct tp_peer *p)
@@ -1029,7 +1443,7 @@ void tp_kill(struct tp_peer *p)
 	assert_true(p->pid > 0);
 	assert_int_equal(kill(p->pid, SIGKILL), 0);
 	assert_true(reap(p, TP_WAIT_MS));
-	p->status = 0; /* killed on purpose: not a failure of the agent */
+	p->status = p->signal = 0; /* killed on purpose: not a failure of the agent */
 }
 
 int tp_cleanup(struct tp_peer *p)
@@ -1037,12 +1451,13 @@ int tp_cleanup(struct tp_peer *p)
 	int rc = 0;
 
 	if (p->pid > 0 && !reap(p, 0)) {
-		fprintf(stderr, "tp_cleanup: agent %d still running: killed\n", (int)p->pid);
+		fprintf(stderr, "tp_cleanup: agent %d still running (never stopped): killed\n",
+			(int)p->pid);
 		kill(p->pid, SIGKILL);
 		reap(p, TP_WAIT_MS);
 		rc = -1;
 	} else if (p->status) {
-		fprintf(stderr, "tp_cleanup: agent exited with status %d\n", p->status);
+		fprintf(stderr, "tp_cleanup: the agent %s\n", tp_status_str(p));
 		rc = -1;
 	}
 	if (p->sock >= 0)
@@ -1175,7 +1590,8 @@ int tp_poll(struct tp_peer *p, bool send, int n, int timeout_ms, struct ibv_wc *
 	q->a = send;
 	q->b = (uint64_t)timeout_ms;
 	q->n = n;
-	call(p, q, &rep_buf, timeout_ms);
+	if (call(p, q, &rep_buf, timeout_ms) == TP_RC_BAD_WC)
+		fail_msg("peer's %s queue: %s", send ? "send" : "receive", rep_buf.msg);
 	memcpy(wc, rep_buf.wc, (size_t)rep_buf.n * sizeof(*wc));
 	return rep_buf.n;
 }
@@ -1265,7 +1681,8 @@ bool tp_wait_peer_async(struct tp_peer *p, enum ibv_event_type type, int qp, int
 
 	q->a = type;
 	q->b = (uint64_t)timeout_ms;
-	assert_int_equal(call(p, q, &rep_buf, timeout_ms), 0);
+	if (call(p, q, &rep_buf, timeout_ms))
+		fail_msg("peer: %s", rep_buf.msg);
 	return rep_buf.v != 0;
 }
 
@@ -1457,9 +1874,9 @@ void tp_stop(struct tp_peer *p)
 	if (!reap(p, TP_WAIT_MS))
 		fail_msg("the agent did not exit within %d ms", TP_WAIT_MS);
 	if (rc)
-		fail_msg("the agent could not clean up (rc %d)", rc);
+		fail_msg("the agent could not clean up: %s", rep_buf.msg);
 	if (p->status)
-		fail_msg("the agent exited with status %d", p->status);
+		fail_msg("the agent %s", tp_status_str(p));
 }
 
 /* ---- pairs ------------------------------------------------------------------------------ */
@@ -1492,7 +1909,8 @@ void tp_pair_connect(struct tp_pair *x)
 void tp_pair_stop(struct tp_pair *x)
 {
 	tp_stop(&x->peer);
-	assert_int_equal(tp_ep_close(&x->ep), 0);
+	if (tp_ep_close(&x->ep))
+		fail_msg("closing our endpoint: %s", tp_close_why);
 }
 
 int tp_pair_setup(void **state)
@@ -1513,9 +1931,11 @@ int tp_pair_teardown(void **state)
 
 	if (!x)
 		return 0;
-	/* An agent that had to be killed here failed with its test: reported already. */
-	(void)tp_cleanup(&x->peer);
-	rc = tp_ep_close(&x->ep);
+	/* An agent still running (the test did not stop it), or that exited with a status
+	 * other than 0 or by a signal, fails the test (tp_cleanup says which). */
+	rc = tp_cleanup(&x->peer);
+	if (tp_ep_close(&x->ep))
+		rc = -1;
 	free(x);
 	*state = NULL;
 	return rc;

@@ -80,8 +80,11 @@ struct tp_info {
  * Fails the test if a part fails. */
 void tp_ep_open(struct tp_ep *ep, size_t len, int mr_access);
 /* Destroys what the endpoint holds; tolerant of a half-open endpoint. 0, or -1 if a
- * destroy failed. */
+ * destroy failed, a CQ still held completions (a surplus completion, or one the test did
+ * not poll) or an async event nobody waited for is pending: tp_close_why (and stderr)
+ * names each. */
 int tp_ep_close(struct tp_ep *ep);
+extern char tp_close_why[512];
 /* A QP on the endpoint's CQs: its index. Fails the test if creation fails. */
 int tp_ep_create_qp(struct tp_ep *ep, const struct tp_qp_opts *o);
 /* An SRQ of @max_wr receives with @max_sge each. */
@@ -139,16 +142,99 @@ long tp_mismatch(const void *buf, size_t len, uint32_t seed, size_t start);
 void tp_assert_pattern(const void *buf, size_t len, uint32_t seed, size_t start,
 		       const char *what);
 
-/* Polls @cq for one completion: fails the test after @timeout_ms or if its wr_id or status
- * is not the one expected (both named in the message). */
+/*
+ * What a work completion must hold, field by field (IBA vol 1 11.4.2.1, rdma-core
+ * ibv_poll_cq(3)). Which fields are defined depends on the status and the queue:
+ * - status other than IBV_WC_SUCCESS: wr_id, status, qp_num and vendor_err only (softverbs
+ *   reports vendor_err 0 for every status); nothing else is checked.
+ * - success, send queue: wr_id, opcode, qp_num, vendor_err 0, wc_flags 0 (IMM, INV, GRH
+ *   and IP_CSUM_OK are receive-side bits), byte_len for RDMA READ (the bytes read) and
+ *   the atomics (8). The IBA leaves byte_len undefined for SEND and RDMA WRITE
+ *   completions, and src_qp, slid, sl, dlid_path_bits, pkey_index and imm_data for every
+ *   send completion: those are not checked (TP_WCE_SEND's mask).
+ * - success, receive queue: every field: opcode (RECV or RECV_RDMA_WITH_IMM), byte_len
+ *   (the bytes received; UD: with the 40-byte GRH), wc_flags exactly (GRH for a UD
+ *   message that carried one, WITH_IMM, WITH_INV; IP_CSUM_OK and the rest never),
+ *   imm_data with WITH_IMM (network order), invalidated_rkey with WITH_INV, qp_num (the
+ *   receiving QP; XRC: the XRC target QP), src_qp (the sender's QPN: UD by the IBA; RC,
+ *   UC and XRC as softverbs gives it, the connected peer), slid (the sender's LID), sl
+ *   and dlid_path_bits (0: the paths the tests use), pkey_index (the receiving QP's).
+ * @check says which groups are compared; a group left out is not looked at.
+ */
+enum {
+	TP_WCE_QPN = 1 << 0,      /* qp_num */
+	TP_WCE_OPCODE = 1 << 1,   /* opcode */
+	TP_WCE_BYTE_LEN = 1 << 2, /* byte_len == byte_len (else, with byte_len_max: <=) */
+	TP_WCE_FLAGS = 1 << 3,    /* wc_flags == wc_flags, and imm_data/invalidated_rkey */
+	TP_WCE_SOURCE = 1 << 4,   /* src_qp, slid, sl, dlid_path_bits */
+	TP_WCE_PKEY = 1 << 5,     /* pkey_index */
+	TP_WCE_SEND = TP_WCE_QPN | TP_WCE_OPCODE | TP_WCE_FLAGS,
+	TP_WCE_RECV = TP_WCE_QPN | TP_WCE_OPCODE | TP_WCE_BYTE_LEN | TP_WCE_FLAGS |
+		      TP_WCE_SOURCE | TP_WCE_PKEY,
+};
+struct tp_wc_expect {
+	uint64_t wr_id;
+	enum ibv_wc_status status;
+	unsigned int check; /* TP_WCE_*; for a status other than success only QPN counts */
+	uint32_t qp_num;
+	enum ibv_wc_opcode opcode;
+	uint32_t byte_len;
+	uint32_t byte_len_max; /* without TP_WCE_BYTE_LEN: byte_len <= this, if not 0 */
+	unsigned int wc_flags;
+	unsigned int wc_flags_any; /* bits of wc_flags either way (with TP_WCE_FLAGS) */
+	uint32_t imm_data;         /* with IBV_WC_WITH_IMM: imm_data; WITH_INV: the rkey */
+	uint32_t src_qp;
+	uint16_t slid;
+	uint8_t sl, dlid_path_bits;
+	uint16_t pkey_index;
+};
+
+/* A successful send-queue completion of @opcode on QP @qpn; @byte_len counts for RDMA
+ * READ and the atomics only. */
+struct tp_wc_expect tp_send_expect(uint64_t wr_id, uint32_t qpn, enum ibv_wc_opcode opcode,
+				   uint32_t byte_len);
+/* A successful receive at @to of a message from @from: opcode, @byte_len, every source
+ * field from @from, pkey_index 0, no flags (the caller adds IMM, INV, GRH). */
+struct tp_wc_expect tp_recv_expect(uint64_t wr_id, const struct tp_info *to,
+				   const struct tp_info *from, enum ibv_wc_opcode opcode,
+				   uint32_t byte_len);
+/* The first field of @wc that differs from @e, as "FIELD is X, expected Y" in @msg
+ * (prefixed with the completion's wr_id and status): true if one does. */
+bool tp_wc_mismatch(const struct ibv_wc *wc, const struct tp_wc_expect *e, char *msg,
+		    size_t len);
+/* Fails the test, naming @what and the field, unless @wc is as @e says. */
+void tp_check_wc(const struct ibv_wc *wc, const struct tp_wc_expect *e, const char *what);
+
+/*
+ * Polls @cq for one completion: fails the test after @timeout_ms or if its wr_id or status
+ * is not the one expected (both named in the message). The endpoint helpers remember the
+ * WRs posted through them (tp_ep_post_send, tp_ep_post_recv, here or at an agent), so the
+ * completion is also checked against its WR: send queue, every field TP_WCE_SEND defines
+ * (opcode from the WR's, qp_num of the QP it was posted to, byte_len for READ and
+ * atomics); receive queue, qp_num (not for an SRQ), the opcode and flags a receive can
+ * have (GRH only on UD), byte_len within the posted room. A test checks the rest of a
+ * receive with tp_check_wc and tp_recv_expect.
+ */
 void tp_expect_wc(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status status,
 		  int timeout_ms, struct ibv_wc *out);
+/* The same with every expected field given. */
+void tp_expect_wc_full(struct ibv_cq *cq, const struct tp_wc_expect *e, int timeout_ms,
+		       const char *what, struct ibv_wc *out);
+/* The check tp_expect_wc makes against the WR @wc completes, if @cq's endpoint posted it
+ * (the record is used up): true and @msg if a field is wrong. */
+bool tp_posted_mismatch(struct ibv_cq *cq, const struct ibv_wc *wc, char *msg, size_t len);
+/* tu_poll for exactly @n completions: fails the test if fewer came within @timeout_ms or
+ * if a further one is already there (a surplus completion); each is checked against its
+ * WR as tp_expect_wc does. */
+void tp_poll_exact(struct ibv_cq *cq, int n, struct ibv_wc *wc, int timeout_ms,
+		   const char *what);
 /* Polls @cq for @ms: fails the test if a completion arrives (a negative check). */
 void tp_expect_no_wc(struct ibv_cq *cq, int ms, const char *why);
 /* Waits up to @timeout_ms for @qp to report @state (errors enter ERR asynchronously). */
 bool tp_wait_state(struct ibv_qp *qp, enum ibv_qp_state state, int timeout_ms);
-/* Reads async events (acknowledging each) until one of @type came: true and *ev (already
- * acknowledged; its element is for comparison only), or false after @timeout_ms. */
+/* Waits for the next async event, which must be of @type: true and *ev (already
+ * acknowledged; its element is for comparison only), or false after @timeout_ms. Any
+ * other event fails the test, naming it. */
 bool tp_wait_async(struct ibv_context *ctx, enum ibv_event_type type, int timeout_ms,
 		   struct ibv_async_event *ev);
 /* True if @fd is readable now (an event is pending). */
@@ -161,7 +247,11 @@ struct tp_peer {
 	int sock;
 	int pidfd;
 	int status; /* the exit status once reaped: code, 128 + signal, or -1 (timed out) */
+	int signal; /* the signal that ended it, or 0 */
 };
+
+/* "exited with status 3", "was killed by signal 11 (Segmentation fault)". */
+const char *tp_status_str(const struct tp_peer *p);
 
 /* First in main(): if this run is an agent, runs it and exits. Otherwise applies
  * SV_TEST_FILTER (a cmocka test name pattern), if set, to the tests about to run. */
@@ -187,7 +277,8 @@ void tp_stop(struct tp_peer *p);
 /* SIGKILL now, then reap (bounded). */
 void tp_kill(struct tp_peer *p);
 /* For teardown: kills the agent if it still runs, reaps it, closes the socket. 0, or -1
- * if the agent had not exited with status 0 by itself (with a message on stderr). */
+ * if the agent had not exited with status 0 by itself (with a message on stderr: still
+ * running, its exit status or its signal). */
 int tp_cleanup(struct tp_peer *p);
 
 /* Requests: each fails the test if the agent does not answer within the bound. */
@@ -215,7 +306,8 @@ void tp_poke(struct tp_peer *p, uint64_t off, const void *in, uint32_t len);
 enum ibv_qp_state tp_state(struct tp_peer *p, int qp);
 /* Waits at the agent (up to @timeout_ms) until QP @qp reports @state. */
 bool tp_wait_peer_state(struct tp_peer *p, int qp, enum ibv_qp_state state, int timeout_ms);
-/* Waits at the agent for an async event of @type about its QP @qp, or its SRQ if @qp < 0. */
+/* Waits at the agent for an async event of @type about its QP @qp, or its SRQ if @qp < 0:
+ * false if none came; any other event fails the test, naming it. */
 bool tp_wait_peer_async(struct tp_peer *p, enum ibv_event_type type, int qp, int timeout_ms);
 /* True if the agent's async fd has an event pending now. */
 bool tp_peer_async_pending(struct tp_peer *p);
@@ -331,7 +423,8 @@ void tp_pair_connect(struct tp_pair *x);
 /* Stops the agent (it must exit cleanly) and closes our endpoint. */
 void tp_pair_stop(struct tp_pair *x);
 /* cmocka setup/teardown: *state is a zeroed struct tp_pair; teardown kills an agent that
- * still runs and closes what is open. */
+ * still runs and closes what is open, and fails (-1) if the agent had not exited with 0 by
+ * itself or tp_ep_close found something left. */
 int tp_pair_setup(void **state);
 int tp_pair_teardown(void **state);
 

@@ -1,6 +1,7 @@
 #include "verbs/sv_test_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,18 +43,35 @@ struct tu_res *tu_res_open(void)
 
 int tu_res_close(struct tu_res *res)
 {
+	char why[160];
+	int rc = 0;
+
 	if (!res)
 		return 0;
+	/* Every async event the test caused, it waited for: none may be left. Checked
+	 * before the QPs go (destroying an object drops the events about it). */
+	if (tu_async_leftover(res->ctx, why, sizeof(why))) {
+		fprintf(stderr, "tu_res_close: %s\n", why);
+		rc = -1;
+	}
 	if (tu_destroy_kept_qps(res))
-		return -1;
+		rc = -1;
+	if (res->cq && tu_cq_leftover(res->cq, why, sizeof(why))) {
+		fprintf(stderr, "tu_res_close: the fixture's CQ: %s\n", why);
+		rc = -1;
+	}
 	if (res->cq && ibv_destroy_cq(res->cq))
-		return -1;
+		rc = -1;
 	if (res->pd && ibv_dealloc_pd(res->pd))
-		return -1;
+		rc = -1;
+	if (tu_async_leftover(res->ctx, why, sizeof(why))) {
+		fprintf(stderr, "tu_res_close: %s\n", why);
+		rc = -1;
+	}
 	if (ibv_close_device(res->ctx))
-		return -1;
+		rc = -1;
 	free(res);
-	return 0;
+	return rc;
 }
 
 int tu_setup(void **state)
@@ -264,25 +282,121 @@ int tu_poll(struct ibv_cq *cq, int n, struct ibv_wc *wc, int timeout_ms)
 	return got;
 }
 
+int tu_poll_exact(struct ibv_cq *cq, int n, struct ibv_wc *wc, int timeout_ms)
+{
+	struct ibv_wc extra;
+	int got = tu_poll(cq, n, wc, timeout_ms);
+
+	if (got == n && ibv_poll_cq(cq, 1, &extra) != 0)
+		fail_msg("a completion beyond the %d expected: wr_id %llu status %s opcode %d", n,
+			 (unsigned long long)extra.wr_id, ibv_wc_status_str(extra.status),
+			 extra.opcode);
+	return got;
+}
+
+bool tu_cq_leftover(struct ibv_cq *cq, char *msg, size_t len)
+{
+	struct ibv_wc wc;
+	int n = 0, r;
+	size_t at = 0;
+
+	msg[0] = 0;
+	while ((r = ibv_poll_cq(cq, 1, &wc)) == 1) {
+		if (n++ < 4 && at < len)
+			at += (size_t)snprintf(msg + at, len - at, "%sleft on the CQ: wr_id %llu %s",
+					       n > 1 ? "; " : "", (unsigned long long)wc.wr_id,
+					       ibv_wc_status_str(wc.status));
+		if (n > 100000)
+			break;
+	}
+	if (n > 4 && at < len)
+		snprintf(msg + at, len - at, " (%d in all)", n);
+	return n > 0;
+}
+
+/* ---- async events ------------------------------------------------------------------- */
+
+const char *tu_event_str(const struct ibv_async_event *ev)
+{
+	static __thread char s[128];
+	const char *name = ibv_event_type_str(ev->event_type);
+
+	switch (ev->event_type) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		snprintf(s, sizeof(s), "%s about QP %u", name,
+			 ev->element.qp ? ev->element.qp->qp_num : 0);
+		break;
+	case IBV_EVENT_CQ_ERR:
+		snprintf(s, sizeof(s), "%s about CQ %p", name, (void *)ev->element.cq);
+		break;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		snprintf(s, sizeof(s), "%s about SRQ %p", name, (void *)ev->element.srq);
+		break;
+	default:
+		snprintf(s, sizeof(s), "%s (port %d)", name, ev->element.port_num);
+	}
+	return s;
+}
+
+int tu_next_async(struct ibv_context *ctx, int timeout_ms, struct ibv_async_event *out,
+		  char *desc, size_t len)
+{
+	struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
+	struct ibv_async_event ev;
+	int flags, rc;
+
+	if (poll(&pfd, 1, timeout_ms < 0 ? 0 : timeout_ms) <= 0)
+		return 0;
+	/* Readable: the read must not block even if the event went away meanwhile. */
+	flags = fcntl(ctx->async_fd, F_GETFL);
+	fcntl(ctx->async_fd, F_SETFL, flags | O_NONBLOCK);
+	rc = ibv_get_async_event(ctx, &ev);
+	fcntl(ctx->async_fd, F_SETFL, flags);
+	if (rc)
+		return 0;
+	if (desc)
+		snprintf(desc, len, "%s", tu_event_str(&ev));
+	ibv_ack_async_event(&ev);
+	if (out)
+		*out = ev;
+	return 1;
+}
+
+bool tu_async_leftover(struct ibv_context *ctx, char *msg, size_t len)
+{
+	char d[128];
+	size_t at = 0;
+	int n = 0;
+
+	msg[0] = 0;
+	while (n < 16 && tu_next_async(ctx, 0, NULL, d, sizeof(d))) {
+		if (at < len)
+			at += (size_t)snprintf(msg + at, len - at, "%sunexpected async event %s",
+					       n ? "; " : "", d);
+		n++;
+	}
+	return n > 0;
+}
+
 bool tu_wait_qp_event(struct ibv_context *ctx, struct ibv_qp *qp, enum ibv_event_type type,
 		      int timeout_ms)
 {
 	long long end = tu_now_ms() + timeout_ms;
+	struct ibv_async_event ev;
+	char d[128];
 
-	for (int seen = 0; seen < 32; seen++) {
-		struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
-		struct ibv_async_event ev;
-		long long left = end - tu_now_ms();
-		bool match;
-
-		if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
-			return false;
-		if (ibv_get_async_event(ctx, &ev))
-			return false;
-		match = ev.event_type == type && ev.element.qp == qp;
-		ibv_ack_async_event(&ev);
-		if (match)
-			return true;
-	}
-	return false;
+	if (!tu_next_async(ctx, (int)(end - tu_now_ms()), &ev, d, sizeof(d)))
+		return false;
+	if (ev.event_type != type || ev.element.qp != qp)
+		fail_msg("waiting for %s about QP %u: unexpected async event %s",
+			 ibv_event_type_str(type), qp->qp_num, d);
+	return true;
 }

@@ -34,6 +34,8 @@ struct tu_res {
 };
 /* The fixture for tests that embed it in their own: NULL, or -1, if a part failed. */
 struct tu_res *tu_res_open(void);
+/* Destroys it; -1 (with the reason on stderr) if a destroy failed, the CQ still held
+ * completions, or an async event nobody waited for is pending. */
 int tu_res_close(struct tu_res *res);
 /* The fixture as cmocka group/test setup and teardown: *state = struct tu_res *. */
 int tu_setup(void **state);
@@ -99,9 +101,24 @@ long long tu_now_ms(void);
 
 /* Polls @cq until @n completions arrived or @timeout_ms passed; returns the count. */
 int tu_poll(struct ibv_cq *cq, int n, struct ibv_wc *wc, int timeout_ms);
+/* tu_poll for exactly @n: if all came, one more poll must find the CQ empty (fails the
+ * test, naming the surplus completion). Returns the count. */
+int tu_poll_exact(struct ibv_cq *cq, int n, struct ibv_wc *wc, int timeout_ms);
+/* Drains @cq: true, and the first few completions named in @msg, if it held any. */
+bool tu_cq_leftover(struct ibv_cq *cq, char *msg, size_t len);
 
-/* Reads async events (acknowledging each) until one of @type about @qp came: true, or
- * false after @timeout_ms or 32 other events. */
+/* "IBV_EVENT_QP_FATAL about QP 17" and the like (a per-thread buffer). */
+const char *tu_event_str(const struct ibv_async_event *ev);
+/* The next async event within @timeout_ms (0: only one already there), acknowledged: 1
+ * and *ev (its element for comparison only) and its description in @desc; 0 if none. */
+int tu_next_async(struct ibv_context *ctx, int timeout_ms, struct ibv_async_event *ev,
+		  char *desc, size_t len);
+/* Reads what is pending on @ctx's async fd now: true, the events named in @msg, if any
+ * was (every teardown checks: an event nobody waited for is a failure). */
+bool tu_async_leftover(struct ibv_context *ctx, char *msg, size_t len);
+
+/* Waits for the next async event, which must be @type about @qp: true if it came, false
+ * after @timeout_ms; fails the test, naming it, on any other event. */
 bool tu_wait_qp_event(struct ibv_context *ctx, struct ibv_qp *qp, enum ibv_event_type type,
 		      int timeout_ms);
 

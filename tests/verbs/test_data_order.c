@@ -19,6 +19,19 @@ struct pair {
 	uint64_t src_buf[N_WRITES], dst_buf[N_WRITES], back_buf[N_WRITES];
 };
 
+/* A successful send-queue completion of QP a: opcode, qp_num, vendor_err, no flags and,
+ * for RDMA READ, byte_len (ibv_poll_cq(3): the other fields are undefined for sends). */
+static void check_send_fields(const struct pair *p, const struct ibv_wc *wc,
+			      enum ibv_wc_opcode opcode, uint32_t read_len)
+{
+	assert_int_equal(wc->opcode, opcode);
+	assert_int_equal(wc->qp_num, p->a->qp_num);
+	assert_int_equal(wc->vendor_err, 0);
+	assert_int_equal(wc->wc_flags, 0);
+	if (opcode == IBV_WC_RDMA_READ)
+		assert_int_equal(wc->byte_len, read_len);
+}
+
 static int setup(void **state)
 {
 	struct pair *p = calloc(1, sizeof(*p));
@@ -100,9 +113,10 @@ static void test_read_after_tiny_writes_sees_them(void **state)
 			.wr.rdma = { .remote_addr = (uintptr_t)p->dst_buf, .rkey = p->dst->rkey },
 		};
 		assert_int_equal(ibv_post_send(p->a, wr, &bad), 0);
-		assert_int_equal(tu_poll(p->a->send_cq, 1, &wc, 5000), 1);
+		assert_int_equal(tu_poll_exact(p->a->send_cq, 1, &wc, 5000), 1);
 		assert_int_equal(wc.status, IBV_WC_SUCCESS);
 		assert_int_equal(wc.wr_id, 1000);
+		check_send_fields(p, &wc, IBV_WC_RDMA_READ, sizeof(p->back_buf));
 		for (int i = 0; i < N_WRITES; i++)
 			if (p->back_buf[i] != p->src_buf[i])
 				fail_msg("round %d: READ after WRITE got %#llx at %d, wrote %#llx", round,
@@ -135,9 +149,10 @@ static void test_tiny_writes_of_every_length(void **state)
 		};
 	}
 	assert_int_equal(ibv_post_send(p->a, wr, &bad), 0);
-	assert_int_equal(tu_poll(p->a->send_cq, 1, &wc, 5000), 1);
+	assert_int_equal(tu_poll_exact(p->a->send_cq, 1, &wc, 5000), 1);
 	assert_int_equal(wc.status, IBV_WC_SUCCESS);
 	assert_int_equal(wc.wr_id, 15);
+	check_send_fields(p, &wc, IBV_WC_RDMA_WRITE, 0);
 	for (int i = 0; i < 16; i++)
 		for (int k = 0; k < 16; k++)
 			if (dst[16 * i + k] != (k <= i ? 0x40 + i : 0))
@@ -167,7 +182,7 @@ static void test_tiny_writes_with_a_bad_rkey_midway(void **state)
 		};
 	}
 	assert_int_equal(ibv_post_send(p->a, wr, &bad), 0);
-	assert_int_equal(tu_poll(p->a->send_cq, N_WRITES, wc, 5000), N_WRITES);
+	assert_int_equal(tu_poll_exact(p->a->send_cq, N_WRITES, wc, 5000), N_WRITES);
 	for (int i = 0; i < N_WRITES; i++) {
 		enum ibv_wc_status want = i < 10 ? IBV_WC_SUCCESS :
 					  i == 10 ? IBV_WC_REM_ACCESS_ERR : IBV_WC_WR_FLUSH_ERR;
@@ -176,6 +191,10 @@ static void test_tiny_writes_with_a_bad_rkey_midway(void **state)
 			fail_msg("completion %d: wr_id %llu status %s, expected %s", i,
 				 (unsigned long long)wc[i].wr_id, ibv_wc_status_str(wc[i].status),
 				 ibv_wc_status_str(want));
+		if (want == IBV_WC_SUCCESS)
+			check_send_fields(p, &wc[i], IBV_WC_RDMA_WRITE, 0);
+		else
+			assert_int_equal(wc[i].qp_num, p->a->qp_num); /* defined for errors too */
 		if (p->dst_buf[i] != (i < 10 ? p->src_buf[i] : 0))
 			fail_msg("WRITE %d left %#llx at its place", i,
 				 (unsigned long long)p->dst_buf[i]);

@@ -21,6 +21,7 @@
 #define W TP_WAIT_MS
 #define QKEY 0x11111111u
 #define GRH 40
+#define GUARD 7007 /* the seed of bytes that must not change */
 
 static const char pkeys[] = "0xffff,0x7fff,0x8001";
 enum { FULL = 0, LIMITED = 1, PART1 = 2 }; /* indices into that table */
@@ -46,6 +47,7 @@ static void rc_traffic(struct tp_pair *x, bool lands)
 {
 	struct tp_wr w = tp_wr1(1, IBV_WR_SEND, 0, 512);
 	enum ibv_wc_status st = lands ? IBV_WC_SUCCESS : IBV_WC_RETRY_EXC_ERR;
+	struct tp_wc_expect e;
 	struct ibv_wc wc;
 
 	assert_int_equal(tp_post_recv(&x->peer, x->pq, 7, &(struct tp_sge){ 0, 4096 }, 1), 0);
@@ -57,7 +59,10 @@ static void rc_traffic(struct tp_pair *x, bool lands)
 		assert_int_equal(tp_poll(&x->peer, false, 1, 100, &wc), 0);
 		return;
 	}
-	tp_expect_peer_wc(&x->peer, false, 7, IBV_WC_SUCCESS, NULL);
+	tp_expect_peer_wc(&x->peer, false, 7, IBV_WC_SUCCESS, &wc);
+	e = tp_recv_expect(7, &x->pi, &x->li, IBV_WC_RECV, 512);
+	e.pkey_index = x->pc.pkey_index; /* the receiving QP's */
+	tp_check_wc(&wc, &e, "SEND within the partition");
 	tp_check_peer(&x->peer, 0, 512, 21, 0, "SEND within the partition");
 	tp_fill(x->ep.buf + 8192, 3000, 22, 0);
 	w = tp_wr1(2, IBV_WR_RDMA_WRITE, 8192, 3000);
@@ -123,25 +128,28 @@ static void test_rc_across_partitions_fails_and_writes_nothing(void **state)
 {
 	struct tp_pair *x = pair_in(state, &rc_opts, PART1, FULL);
 	struct tp_wr w = tp_wr1(3, IBV_WR_RDMA_WRITE, 0, 4096);
-	unsigned char zero[64] = { 0 }, got[64];
 	uint32_t before = port_counter(x, false);
 
+	/* Both targets hold a guard pattern: not one of the 4096 bytes may change. */
+	tp_fill(x->ep.buf, 4096, GUARD, 0);
+	tp_fill_peer(&x->peer, 0, 4096, GUARD, 0);
+	tp_fill_peer(&x->peer, 8192, 4096, 25, 0); /* the agent's source */
 	/* Theirs to ours first (ours is still in RTS): our port counts it. */
-	w.wr_id = 9;
+	w = tp_wr1(9, IBV_WR_RDMA_WRITE, 8192, 4096);
 	w.remote_addr = x->li.addr;
 	w.rkey = x->li.rkey;
 	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
 	tp_expect_peer_wc(&x->peer, true, 9, IBV_WC_RETRY_EXC_ERR, NULL);
 	tp_expect_eq(port_counter(x, false), before + 1, "bad_pkey_cntr", "a WRITE from PART1");
-	w.wr_id = 3;
+	tp_assert_pattern(x->ep.buf, 4096, GUARD, 0, "our 4096 bytes after a WRITE from PART1");
+	w = tp_wr1(3, IBV_WR_RDMA_WRITE, 16384, 4096);
 
-	tp_fill(x->ep.buf, 4096, 23, 0);
+	tp_fill(x->ep.buf + 16384, 4096, 23, 0);
 	w.remote_addr = x->pi.addr;
 	w.rkey = x->pi.rkey;
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	tp_expect_wc(x->ep.scq, 3, IBV_WC_RETRY_EXC_ERR, W, NULL);
-	tp_peek(&x->peer, 0, got, sizeof(got));
-	assert_memory_equal(got, zero, sizeof(got));
+	tp_check_peer(&x->peer, 0, 4096, GUARD, 0, "the agent's 4096 bytes after a WRITE to PART1");
 	tp_pair_stop(x);
 }
 
@@ -199,7 +207,17 @@ static void test_ud_across_partitions_is_dropped(void **state)
 	w.wr_id = 5;
 	assert_int_equal(tp_ep_post_send(&x->ep, q, &w, 1, NULL), 0);
 	tp_expect_wc(x->ep.scq, 5, IBV_WC_SUCCESS, W, NULL);
-	tp_expect_peer_wc(&x->peer, false, 8, IBV_WC_SUCCESS, NULL);
+	tp_expect_peer_wc(&x->peer, false, 8, IBV_WC_SUCCESS, &wc);
+	{
+		struct tp_info from = x->li;
+		struct tp_wc_expect e;
+
+		from.qpn = x->ep.qp[q]->qp_num;
+		e = tp_recv_expect(8, &x->pi, &from, IBV_WC_RECV, 100 + GRH);
+		e.wc_flags = IBV_WC_GRH;
+		e.pkey_index = x->pc.pkey_index;
+		tp_check_wc(&wc, &e, "datagram within the partition");
+	}
 	tp_check_peer(&x->peer, GRH, 100, 24, 0, "datagram within the partition");
 	tp_pair_stop(x);
 }

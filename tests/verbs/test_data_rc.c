@@ -90,26 +90,53 @@ static void check_guards_local(struct tp_pair *x, uint32_t off, uint32_t len, co
 	tp_assert_pattern(x->ep.buf + off + len, GUARD_LEN, GUARD_HI, 0, m);
 }
 
-/* A receive completion at the agent for a message from our QP. */
+/* A receive completion at the agent for a message from our QP: every field (tp_check_wc;
+ * src_qp and slid: our QP's, pkey_index the agent QP's, sl and dlid_path_bits 0, wc_flags
+ * exactly IBV_WC_WITH_IMM or nothing). */
 static void check_recv_wc(const struct tp_pair *x, const struct ibv_wc *wc,
 			  enum ibv_wc_opcode opcode, uint32_t byte_len, bool imm, uint32_t imm_data,
 			  const char *what)
 {
-	tp_expect_eq(wc->opcode, opcode, "opcode", what);
-	tp_expect_eq(wc->byte_len, byte_len, "byte_len", what);
-	tp_expect_eq(!!(wc->wc_flags & IBV_WC_WITH_IMM), imm, "IBV_WC_WITH_IMM", what);
-	if (imm)
-		tp_expect_eq(wc->imm_data, imm_data, "imm_data", what);
-	tp_expect_eq(wc->qp_num, x->pi.qpn, "qp_num", what);
-	tp_expect_eq(wc->src_qp, x->li.qpn, "src_qp", what);
-	tp_expect_eq(wc->slid, x->li.lid, "slid", what);
+	struct tp_wc_expect e = tp_recv_expect(wc->wr_id, &x->pi, &x->li, opcode, byte_len);
+
+	e.pkey_index = x->pc.pkey_index;
+	if (imm) {
+		e.wc_flags = IBV_WC_WITH_IMM;
+		e.imm_data = imm_data;
+	}
+	tp_check_wc(wc, &e, what);
+}
+
+/* The same at our QP for a message from the agent's. */
+static void check_local_recv_wc(const struct tp_pair *x, const struct ibv_wc *wc,
+				enum ibv_wc_opcode opcode, uint32_t byte_len, const char *what)
+{
+	struct tp_wc_expect e = tp_recv_expect(wc->wr_id, &x->li, &x->pi, opcode, byte_len);
+
+	e.pkey_index = x->lc.pkey_index;
+	tp_check_wc(wc, &e, what);
+}
+
+/* A send-queue completion of our QP: what TP_WCE_SEND defines (for an error status,
+ * qp_num and vendor_err only; the opcode is undefined then). RDMA READ and atomics:
+ * byte_len as well, which the caller gives in @byte_len. */
+static void check_send_wc_len(const struct tp_pair *x, const struct ibv_wc *wc,
+			      enum ibv_wc_opcode opcode, uint32_t byte_len, const char *what)
+{
+	struct tp_wc_expect e = tp_send_expect(wc->wr_id, x->li.qpn, opcode, byte_len);
+
+	e.status = wc->status;
+	tp_check_wc(wc, &e, what);
 }
 
 static void check_send_wc(const struct tp_pair *x, const struct ibv_wc *wc,
 			  enum ibv_wc_opcode opcode, const char *what)
 {
-	tp_expect_eq(wc->opcode, opcode, "opcode", what);
-	tp_expect_eq(wc->qp_num, x->li.qpn, "qp_num", what);
+	struct tp_wc_expect e = tp_send_expect(wc->wr_id, x->li.qpn, opcode, 0);
+
+	e.check &= ~(unsigned int)TP_WCE_BYTE_LEN; /* the caller checks it where defined */
+	e.status = wc->status;
+	tp_check_wc(wc, &e, what);
 }
 
 /* ---- every operation at every size -------------------------------------------------- */
@@ -214,9 +241,8 @@ static void test_read_every_size(void **state)
 		guard_local(x, 3, len);
 		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 		tp_expect_wc(x->ep.scq, k, IBV_WC_SUCCESS, W, &wc);
-		check_send_wc(x, &wc, IBV_WC_RDMA_READ, what);
 		/* ibv_poll_cq(3): byte_len is relevant in the send queue for RDMA Read. */
-		tp_expect_eq(wc.byte_len, len, "byte_len", what);
+		check_send_wc_len(x, &wc, IBV_WC_RDMA_READ, len, what);
 		tp_assert_pattern(x->ep.buf + 3, len, seed, 0, what);
 		check_guards_local(x, 3, len, what);
 	}
@@ -444,7 +470,7 @@ static void test_chain_stops_at_bad_wr(void **state)
 	tp_expect_wc(x->ep.scq, 99, IBV_WC_SUCCESS, W, NULL);
 	for (int i = 0; i < 3; i++) {
 		tp_expect_peer_wc(&x->peer, false, 10 + (uint64_t)i, IBV_WC_SUCCESS, &wc);
-		tp_expect_eq(wc.byte_len, 100, "byte_len", "chain with a bad WR");
+		check_recv_wc(x, &wc, IBV_WC_RECV, 100, false, 0, "chain with a bad WR");
 	}
 	tp_check_peer(&x->peer, 0, 100, 600, 0, "WR 0 of the chain");
 	tp_check_peer(&x->peer, 4096, 100, 601, 0, "WR 1 of the chain");
@@ -504,7 +530,7 @@ static void test_chain_of_every_operation_completes_in_order(void **state)
 	assert_int_equal(tp_post_recv(&x->peer, x->pq, 2, NULL, 0), 0);
 	assert_int_equal(tp_post_recv(&x->peer, x->pq, 6, &(struct tp_sge){ 0x30000, 64 }, 1), 0);
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, w, 8, NULL), 0);
-	assert_int_equal(tu_poll(x->ep.scq, 8, wc, W), 8);
+	tp_poll_exact(x->ep.scq, 8, wc, W, "a chain of 8");
 	for (int i = 0; i < 8; i++) {
 		char what[48];
 
@@ -517,6 +543,7 @@ static void test_chain_of_every_operation_completes_in_order(void **state)
 	tp_expect_eq(wc[4].byte_len, 8, "byte_len", "FETCH_ADD in the chain");
 	tp_expect_eq(wc[5].byte_len, 8, "byte_len", "COMP_SWAP in the chain");
 	assert_int_equal(tp_poll(&x->peer, false, 3, W, wc), 3);
+	assert_int_equal(tp_poll(&x->peer, false, 1, 0, &wc[3]), 0);
 	tp_expect_eq((long long)wc[0].wr_id, 1, "wr_id", "first receive");
 	check_recv_wc(x, &wc[0], IBV_WC_RECV, 5000, false, 0, "the chain's SEND");
 	tp_expect_eq((long long)wc[1].wr_id, 2, "wr_id", "second receive");
@@ -579,7 +606,8 @@ static void test_unsignaled_then_signaled(void **state)
 		tp_expect_wc(x->ep.scq, round, IBV_WC_SUCCESS, W, &wc);
 		tp_expect_no_wc(x->ep.scq, 20, what);
 		/* RC: the writes are in the target's memory when the SEND after them is. */
-		tp_expect_peer_wc(&x->peer, false, round, IBV_WC_SUCCESS, NULL);
+		tp_expect_peer_wc(&x->peer, false, round, IBV_WC_SUCCESS, &wc);
+		check_recv_wc(x, &wc, IBV_WC_RECV, 64, false, 0, what);
 		for (uint32_t i = 0; i + 1 < depth; i++)
 			tp_check_peer(&x->peer, i * 1024, 1000, round * 100 + i, 0, what);
 	}
@@ -603,10 +631,11 @@ static void test_sq_sig_all(void **state)
 		w.rkey = x->pi.rkey;
 		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	}
-	assert_int_equal(tu_poll(x->ep.scq, 3, wc, W), 3);
+	tp_poll_exact(x->ep.scq, 3, wc, W, "sq_sig_all");
 	for (int i = 0; i < 3; i++) {
 		tp_expect_eq((long long)wc[i].wr_id, i, "wr_id", "sq_sig_all, unsignaled WR");
 		tp_expect_eq(wc[i].status, IBV_WC_SUCCESS, "status", "sq_sig_all, unsignaled WR");
+		check_send_wc(x, &wc[i], IBV_WC_RDMA_WRITE, "sq_sig_all, unsignaled WR");
 	}
 	tp_pair_stop(x);
 }
@@ -629,9 +658,9 @@ static uint64_t atomic1(struct tp_pair *x, enum ibv_wr_opcode op, uint64_t off, 
 	memset(x->ep.buf + 0x8000, 0xcc, 8);
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	tp_expect_wc(x->ep.scq, id, IBV_WC_SUCCESS, W, &wc);
-	check_send_wc(x, &wc, op == IBV_WR_ATOMIC_CMP_AND_SWP ? IBV_WC_COMP_SWAP : IBV_WC_FETCH_ADD,
-		      what);
-	tp_expect_eq(wc.byte_len, 8, "byte_len", what);
+	check_send_wc_len(x, &wc,
+			  op == IBV_WR_ATOMIC_CMP_AND_SWP ? IBV_WC_COMP_SWAP : IBV_WC_FETCH_ADD, 8,
+			  what);
 	memcpy(&v, x->ep.buf + 0x8000, 8);
 	return v;
 }
@@ -652,6 +681,7 @@ static uint64_t peer_u64(struct tp_pair *x, uint64_t off)
 static void test_peer_of_another_user(void **state)
 {
 	struct tp_pair *x = *state;
+	struct ibv_wc wc;
 	struct tp_wr w;
 	uint64_t v, one = 1;
 
@@ -676,7 +706,8 @@ static void test_peer_of_another_user(void **state)
 	w = tp_wr1(1, IBV_WR_SEND, 0, 20000);
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	tp_expect_wc(x->ep.scq, 1, IBV_WC_SUCCESS, W, NULL);
-	tp_expect_peer_wc(&x->peer, false, 1, IBV_WC_SUCCESS, NULL);
+	tp_expect_peer_wc(&x->peer, false, 1, IBV_WC_SUCCESS, &wc);
+	check_recv_wc(x, &wc, IBV_WC_RECV, 20000, false, 0, "SEND to a peer of another user");
 	tp_check_peer(&x->peer, 0, 20000, 301, 0, "SEND to a peer of another user");
 	tp_fill(x->ep.buf + 32768, 30000, 302, 0);
 	w = tp_wr1(2, IBV_WR_RDMA_WRITE, 32768, 30000);
@@ -701,7 +732,8 @@ static void test_peer_of_another_user(void **state)
 	w = tp_wr1(4, IBV_WR_SEND, 196608, 20000);
 	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
 	tp_expect_peer_wc(&x->peer, true, 4, IBV_WC_SUCCESS, NULL);
-	tp_expect_wc(x->ep.rcq, 4, IBV_WC_SUCCESS, W, NULL);
+	tp_expect_wc(x->ep.rcq, 4, IBV_WC_SUCCESS, W, &wc);
+	check_local_recv_wc(x, &wc, IBV_WC_RECV, 20000, "SEND from a peer of another user");
 	tp_assert_pattern(x->ep.buf + 196608, 20000, 303, 0, "SEND from a peer of another user");
 	tp_fill_peer(&x->peer, 262144, 30000, 304, 0);
 	w = tp_wr1(5, IBV_WR_RDMA_WRITE, 262144, 30000);
@@ -880,6 +912,7 @@ static void test_fence_orders_after_read_and_atomic(void **state)
 static void test_solicited_only_event(void **state)
 {
 	struct tp_pair *x = rc_pair(state);
+	struct ibv_wc wc;
 	struct tp_wr w;
 
 	for (int i = 0; i < 4; i++)
@@ -891,7 +924,8 @@ static void test_solicited_only_event(void **state)
 	w = tp_wr1(0, IBV_WR_SEND, 0, 32);
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	tp_expect_wc(x->ep.scq, 0, IBV_WC_SUCCESS, W, NULL);
-	tp_expect_peer_wc(&x->peer, false, 0, IBV_WC_SUCCESS, NULL);
+	tp_expect_peer_wc(&x->peer, false, 0, IBV_WC_SUCCESS, &wc);
+	check_recv_wc(x, &wc, IBV_WC_RECV, 32, false, 0, "unsolicited SEND");
 	/* The completion is there; an event it raised would be too. */
 	assert_false(tp_cq_event_pending(&x->peer));
 
@@ -901,13 +935,15 @@ static void test_solicited_only_event(void **state)
 	if (!tp_wait_cq_event(&x->peer, W))
 		fail_msg("no CQ event within %d ms for a solicited SEND_WITH_IMM", W);
 	tp_expect_wc(x->ep.scq, 1, IBV_WC_SUCCESS, W, NULL);
-	tp_expect_peer_wc(&x->peer, false, 1, IBV_WC_SUCCESS, NULL);
+	tp_expect_peer_wc(&x->peer, false, 1, IBV_WC_SUCCESS, &wc);
+	check_recv_wc(x, &wc, IBV_WC_RECV, 32, true, w.imm, "solicited SEND_WITH_IMM");
 
 	/* Not re-armed: another solicited message raises nothing. */
 	w.wr_id = 2;
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	tp_expect_wc(x->ep.scq, 2, IBV_WC_SUCCESS, W, NULL);
-	tp_expect_peer_wc(&x->peer, false, 2, IBV_WC_SUCCESS, NULL);
+	tp_expect_peer_wc(&x->peer, false, 2, IBV_WC_SUCCESS, &wc);
+	check_recv_wc(x, &wc, IBV_WC_RECV, 32, true, w.imm, "second solicited SEND_WITH_IMM");
 	assert_false(tp_cq_event_pending(&x->peer));
 
 	/* Armed for any completion: an unsolicited one raises the event. */
@@ -916,7 +952,8 @@ static void test_solicited_only_event(void **state)
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	if (!tp_wait_cq_event(&x->peer, W))
 		fail_msg("no CQ event within %d ms for a SEND on a CQ armed for any", W);
-	tp_expect_peer_wc(&x->peer, false, 3, IBV_WC_SUCCESS, NULL);
+	tp_expect_peer_wc(&x->peer, false, 3, IBV_WC_SUCCESS, &wc);
+	check_recv_wc(x, &wc, IBV_WC_RECV, 32, false, 0, "SEND on a CQ armed for any");
 	tp_expect_wc(x->ep.scq, 3, IBV_WC_SUCCESS, W, NULL);
 	tp_pair_stop(x);
 }
@@ -977,8 +1014,13 @@ static void test_srq_receives_and_limit_event(void **state)
 		tp_expect_eq(wc.status, IBV_WC_SUCCESS, "status", what);
 		assert_true(wc.wr_id < 8 && !used[wc.wr_id]);
 		used[wc.wr_id] = true;
-		tp_expect_eq(wc.qp_num, qpn_of[k % 2], "qp_num", what);
-		tp_expect_eq(wc.byte_len, 100, "byte_len", what);
+		/* Through the SRQ: qp_num is the QP the message came to. */
+		tp_check_wc(&wc, &(struct tp_wc_expect){ .wr_id = wc.wr_id, .status = IBV_WC_SUCCESS,
+							 .check = TP_WCE_RECV, .qp_num = qpn_of[k % 2],
+							 .opcode = IBV_WC_RECV, .byte_len = 100,
+							 .src_qp = x->ep.qp[q]->qp_num,
+							 .slid = x->li.lid },
+			    what);
 		tp_check_peer(&x->peer, (uint32_t)wc.wr_id * 256, 100, 800 + k, 0, what);
 		if (k < 4) {
 			/* 8 - (k + 1) >= 4 receives left: not below the limit. */

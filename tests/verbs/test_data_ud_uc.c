@@ -5,14 +5,15 @@
  * - UD (IBA 10.2.4, ibv_poll_cq(3), ibv_init_ah_from_wc(3)): the receiver finds a
  *   40-byte GRH in front of the data: byte_len is the message length + 40, IBV_WC_GRH is
  *   set, the GRH's SGID is the sender's GID at the AH's sgid_index and its DGID the AH's
- *   DGID; src_qp, slid, qp_num, imm_data are right; ibv_init_ah_from_wc makes an AH that
+ *   DGID; every other completion field is right too (tp_check_wc: src_qp, slid, qp_num,
+ *   wc_flags exactly GRH, pkey_index, sl, dlid_path_bits); ibv_init_ah_from_wc makes an AH that
  *   reaches the sender back. A Q_Key mismatch drops the datagram (it consumes no
  *   receive); a Q_Key with the high bit set in the WR means the sending QP's own (IBA
  *   10.2.5). A LID-only AH reaches the destination too. A datagram larger than the path
  *   MTU fails with IBV_WC_LOC_LEN_ERR; a send error takes a UD or UC QP to SQE, not ERR,
  *   and its receive queue keeps working (IBA 10.3.1).
  * - UC: SEND (through the ring and pulled), WRITE and WRITE_WITH_IMM with their data and
- *   completion fields; a SEND's buffer is the sender's again once its completion is
+ *   every completion field (slid, src_qp, wc_flags, pkey_index, sl, ... as tp_check_wc); a SEND's buffer is the sender's again once its completion is
  *   polled; a WRITE with a bad rkey is dropped by the responder (UC has no NAK): the
  *   requester completes, nothing is written, the responder's QP carries on.
  */
@@ -94,25 +95,50 @@ static uint32_t mtu_bytes(enum ibv_mtu m)
 	return 128u << m; /* IBV_MTU_256 is 1 */
 }
 
-/* A datagram's receive completion at the agent, and its GRH. */
-static void check_ud_recv(struct tp_pair *x, uint64_t id, uint32_t len, uint32_t roff,
-			  const union ibv_gid *sgid, const union ibv_gid *dgid, const char *what)
+/* A datagram's receive completion at @to from @from: every field. byte_len is the message
+ * + the 40-byte GRH, wc_flags exactly IBV_WC_GRH (softverbs' port is Ethernet: every
+ * datagram carries a GRH), src_qp and slid the sender's, pkey_index the receiving QP's
+ * (0), sl and dlid_path_bits 0. */
+static void check_ud_wc_imm(const struct ibv_wc *wc, const struct tp_info *to,
+			    const struct tp_info *from, uint32_t len, bool imm, uint32_t imm_data,
+			    const char *what)
+{
+	struct tp_wc_expect e = tp_recv_expect(wc->wr_id, to, from, IBV_WC_RECV, len + GRH);
+
+	e.wc_flags = IBV_WC_GRH | (imm ? IBV_WC_WITH_IMM : 0);
+	e.imm_data = imm_data;
+	tp_check_wc(wc, &e, what);
+}
+
+static void check_ud_wc(const struct ibv_wc *wc, const struct tp_info *to,
+			const struct tp_info *from, uint32_t len, const char *what)
+{
+	check_ud_wc_imm(wc, to, from, len, false, 0, what);
+}
+
+/* A datagram's receive completion at the agent, and its GRH; @w: the WR sent (its
+ * immediate data), NULL for a plain SEND. */
+static void check_ud_recv_of(struct tp_pair *x, uint64_t id, uint32_t len, uint32_t roff,
+			     const union ibv_gid *sgid, const union ibv_gid *dgid,
+			     const struct tp_wr *w, const char *what)
 {
 	struct ibv_wc wc;
 	struct ibv_grh grh;
 
 	tp_expect_peer_wc(&x->peer, false, id, IBV_WC_SUCCESS, &wc);
-	tp_expect_eq(wc.opcode, IBV_WC_RECV, "opcode", what);
-	tp_expect_eq(wc.byte_len, len + GRH, "byte_len (message + 40-byte GRH)", what);
-	tp_expect_eq(!!(wc.wc_flags & IBV_WC_GRH), 1, "IBV_WC_GRH", what);
-	tp_expect_eq(wc.src_qp, x->li.qpn, "src_qp", what);
-	tp_expect_eq(wc.qp_num, x->pi.qpn, "qp_num", what);
-	tp_expect_eq(wc.slid, x->li.lid, "slid", what);
+	check_ud_wc_imm(&wc, &x->pi, &x->li, len, w && w->opcode == IBV_WR_SEND_WITH_IMM,
+			w ? w->imm : 0, what);
 	if (sgid) {
 		tp_peek(&x->peer, roff, &grh, sizeof(grh));
 		expect_gid(&grh.sgid, sgid, "the GRH's SGID", what);
 		expect_gid(&grh.dgid, dgid, "the GRH's DGID", what);
 	}
+}
+
+static void check_ud_recv(struct tp_pair *x, uint64_t id, uint32_t len, uint32_t roff,
+			  const union ibv_gid *sgid, const union ibv_gid *dgid, const char *what)
+{
+	check_ud_recv_of(x, id, len, roff, sgid, dgid, NULL, what);
 }
 
 /* ---- UD ------------------------------------------------------------------------------------ */
@@ -137,7 +163,7 @@ static void test_ud_grh_and_completion_fields(void **state)
 					      &(struct tp_sge){ 0, mtu + GRH }, 1), 0);
 		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 		tp_expect_wc(x->ep.scq, k, IBV_WC_SUCCESS, W, NULL);
-		check_ud_recv(x, k, lens[k], 0, &x->li.gid, &x->pi.gid, what);
+		check_ud_recv_of(x, k, lens[k], 0, &x->li.gid, &x->pi.gid, &w, what);
 		tp_check_peer(&x->peer, GRH, lens[k], 10 + k, 0, what);
 	}
 	tp_pair_stop(x);
@@ -183,7 +209,7 @@ static void test_ud_reply_with_ah_from_wc(void **state)
 	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
 	tp_expect_peer_wc(&x->peer, true, 1, IBV_WC_SUCCESS, NULL);
 	tp_expect_wc(x->ep.rcq, 7, IBV_WC_SUCCESS, W, &wc);
-	tp_expect_eq(wc.src_qp, x->pi.qpn, "src_qp", "datagram from the agent");
+	check_ud_wc(&wc, &x->li, &x->pi, 100, "datagram from the agent");
 	memset(&ah, 0, sizeof(ah));
 	assert_int_equal(ibv_init_ah_from_wc(x->ep.res->ctx, 1, &wc,
 					     (struct ibv_grh *)(x->ep.buf + 8192), &ah), 0);
@@ -298,7 +324,7 @@ static void test_ud_larger_than_mtu(void **state)
 	assert_int_equal(tp_post_send(&x->peer, x->pq, &w, 1, NULL), 0);
 	tp_expect_peer_wc(&x->peer, true, 2, IBV_WC_SUCCESS, NULL);
 	tp_expect_wc(x->ep.rcq, 9, IBV_WC_SUCCESS, W, &wc);
-	tp_expect_eq(wc.byte_len, 50 + GRH, "byte_len", "datagram to a UD QP in SQE");
+	check_ud_wc(&wc, &x->li, &x->pi, 50, "datagram to a UD QP in SQE");
 	tp_pair_stop(x);
 }
 
@@ -308,15 +334,17 @@ static void check_uc_recv(struct tp_pair *x, uint64_t id, enum ibv_wc_opcode op,
 			  bool imm, uint32_t imm_data, const char *what)
 {
 	struct ibv_wc wc;
+	struct tp_wc_expect e;
 
 	tp_expect_peer_wc(&x->peer, false, id, IBV_WC_SUCCESS, &wc);
-	tp_expect_eq(wc.opcode, op, "opcode", what);
-	tp_expect_eq(wc.byte_len, len, "byte_len", what);
-	tp_expect_eq(!!(wc.wc_flags & IBV_WC_WITH_IMM), imm, "IBV_WC_WITH_IMM", what);
-	if (imm)
-		tp_expect_eq(wc.imm_data, imm_data, "imm_data", what);
-	tp_expect_eq(wc.qp_num, x->pi.qpn, "qp_num", what);
-	tp_expect_eq(wc.src_qp, x->li.qpn, "src_qp", what);
+	/* Every field: slid the sender's LID, src_qp its QP (softverbs: the connected
+	 * peer), no GRH flag (connected), IMM only if sent with one. */
+	e = tp_recv_expect(id, &x->pi, &x->li, op, len);
+	if (imm) {
+		e.wc_flags = IBV_WC_WITH_IMM;
+		e.imm_data = imm_data;
+	}
+	tp_check_wc(&wc, &e, what);
 }
 
 static void test_uc_send_write_write_imm(void **state)
@@ -428,6 +456,7 @@ static void test_uc_send_error_goes_to_sqe(void **state)
 {
 	struct tp_pair *x = pair_of(state, &uc_opts);
 	struct tp_wr w[2] = { tp_wr1(1, IBV_WR_SEND, 0, 100), tp_wr1(2, IBV_WR_SEND, 0, 100) };
+	struct tp_wc_expect e;
 	enum ibv_qp_state s;
 
 	w[0].lkey_xor = 0x00100000;
@@ -443,7 +472,8 @@ static void test_uc_send_error_goes_to_sqe(void **state)
 	w[0] = tp_wr1(3, IBV_WR_SEND, 0, 64);
 	assert_int_equal(tp_post_send(&x->peer, x->pq, w, 1, NULL), 0);
 	tp_expect_peer_wc(&x->peer, true, 3, IBV_WC_SUCCESS, NULL);
-	tp_expect_wc(x->ep.rcq, 9, IBV_WC_SUCCESS, W, NULL);
+	e = tp_recv_expect(9, &x->li, &x->pi, IBV_WC_RECV, 64);
+	tp_expect_wc_full(x->ep.rcq, &e, W, "UC SEND to a QP in SQE", NULL);
 	tp_pair_stop(x);
 }
 

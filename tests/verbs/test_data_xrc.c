@@ -142,6 +142,35 @@ struct env {
 	struct ibv_mr *smr, *dmr;
 };
 
+/* The initiator's completion of @wr_id: every field TP_WCE_SEND defines (qp_num the
+ * XRC_SEND QP; byte_len for READ and atomics). */
+static void expect_send(struct env *e, uint64_t wr_id, enum ibv_wc_opcode op, uint32_t byte_len,
+			const char *what)
+{
+	struct tp_wc_expect x = tp_send_expect(wr_id, e->ini->qp_num, op, byte_len);
+	struct ibv_wc wc;
+
+	expect_wc(e->res->cq, wr_id, IBV_WC_SUCCESS, &wc, what);
+	tp_check_wc(&wc, &x, what);
+}
+
+/* A receive through XRC SRQ @srq: every field. qp_num is the XRC target QP the message
+ * came through (the SRQ belongs to no QP), src_qp the sending XRC_SEND QP, slid this
+ * port's LID, pkey_index the target's (0), wc_flags IBV_WC_WITH_IMM or nothing. */
+static void expect_recv(struct env *e, int srq, uint64_t wr_id, uint32_t byte_len,
+			uint32_t src_qp, bool imm, uint32_t imm_data, const char *what)
+{
+	struct tp_wc_expect x = { .wr_id = wr_id, .status = IBV_WC_SUCCESS, .check = TP_WCE_RECV,
+				  .qp_num = e->tgt->qp_num, .opcode = IBV_WC_RECV,
+				  .byte_len = byte_len, .wc_flags = imm ? IBV_WC_WITH_IMM : 0,
+				  .imm_data = imm_data, .src_qp = src_qp,
+				  .slid = e->res->port.lid };
+	struct ibv_wc wc;
+
+	expect_wc(e->rcq[srq], wr_id, IBV_WC_SUCCESS, &wc, what);
+	tp_check_wc(&wc, &x, what);
+}
+
 static void env_connect(struct env *e, uint8_t min_rnr_timer)
 {
 	struct tu_conn c;
@@ -442,15 +471,9 @@ static void test_xrc_send_lands_in_the_srq_named(void **state)
 		assert_int_equal(post_xrc(&e, IBV_WR_SEND_WITH_IMM, 7 + (uint64_t)round, e.srqn[i],
 					  3000, 0, 0),
 				 0);
-		expect_wc(e.res->cq, 7 + (uint64_t)round, IBV_WC_SUCCESS, &wc, "XRC SEND");
-		assert_int_equal(wc.opcode, IBV_WC_SEND);
-		expect_wc(e.rcq[i], i ? 200 : 100, IBV_WC_SUCCESS, &wc, "receive on the SRQ named");
-		assert_int_equal(wc.opcode, IBV_WC_RECV);
-		assert_int_equal(wc.byte_len, 3000);
-		assert_int_equal(wc.qp_num, e.tgt->qp_num);
-		assert_int_equal(wc.src_qp, e.ini->qp_num);
-		assert_true(wc.wc_flags & IBV_WC_WITH_IMM);
-		assert_int_equal(ntohl(wc.imm_data), 0x5eed0000u + 7u + (uint32_t)round);
+		expect_send(&e, 7 + (uint64_t)round, IBV_WC_SEND, 0, "XRC SEND");
+		expect_recv(&e, i, i ? 200 : 100, 3000, e.ini->qp_num, true,
+			    htonl(0x5eed0000u + 7u + (uint32_t)round), "receive on the SRQ named");
 		check_fill(e.dst + off, 3000, 40 + (unsigned int)round, "SEND data in the SRQ's buffer");
 		/* Nothing went to the other SRQ's CQ. */
 		assert_int_equal(tu_poll(e.rcq[1 - i], 1, &wc, 0), 0);
@@ -461,15 +484,13 @@ static void test_xrc_send_lands_in_the_srq_named(void **state)
 static void test_xrc_large_send(void **state)
 {
 	struct env e;
-	struct ibv_wc wc;
 
 	env_open(&e, *state, false);
 	fill(e.src, BUF_LEN, 9);
 	post_srq_recv(&e, 1, 300, 0, BUF_LEN);
 	assert_int_equal(post_xrc(&e, IBV_WR_SEND, 8, e.srqn[1], BUF_LEN, 0, 0), 0);
-	expect_wc(e.res->cq, 8, IBV_WC_SUCCESS, NULL, "1 MiB XRC SEND");
-	expect_wc(e.rcq[1], 300, IBV_WC_SUCCESS, &wc, "1 MiB receive");
-	assert_int_equal(wc.byte_len, BUF_LEN);
+	expect_send(&e, 8, IBV_WC_SEND, 0, "1 MiB XRC SEND");
+	expect_recv(&e, 1, 300, BUF_LEN, e.ini->qp_num, false, 0, "1 MiB receive");
 	check_fill(e.dst, BUF_LEN, 9, "1 MiB SEND");
 	env_close(&e);
 }
@@ -477,7 +498,6 @@ static void test_xrc_large_send(void **state)
 static void test_xrc_rdma_and_atomics(void **state)
 {
 	struct env e;
-	struct ibv_wc wc;
 	uint64_t v;
 
 	env_open(&e, *state, false);
@@ -485,8 +505,7 @@ static void test_xrc_rdma_and_atomics(void **state)
 	assert_int_equal(post_xrc(&e, IBV_WR_RDMA_WRITE, 1, e.srqn[0], 65536,
 				  (uintptr_t)e.dst + 4096, e.dmr->rkey),
 			 0);
-	expect_wc(e.res->cq, 1, IBV_WC_SUCCESS, &wc, "XRC RDMA WRITE");
-	assert_int_equal(wc.opcode, IBV_WC_RDMA_WRITE);
+	expect_send(&e, 1, IBV_WC_RDMA_WRITE, 0, "XRC RDMA WRITE");
 	check_fill(e.dst + 4096, 65536, 3, "XRC RDMA WRITE");
 
 	memset(e.src, 0, 65536);
@@ -494,9 +513,7 @@ static void test_xrc_rdma_and_atomics(void **state)
 	assert_int_equal(post_xrc(&e, IBV_WR_RDMA_READ, 2, e.srqn[1], 1000,
 				  (uintptr_t)e.dst + 200000, e.dmr->rkey),
 			 0);
-	expect_wc(e.res->cq, 2, IBV_WC_SUCCESS, &wc, "XRC RDMA READ");
-	assert_int_equal(wc.opcode, IBV_WC_RDMA_READ);
-	assert_int_equal(wc.byte_len, 1000);
+	expect_send(&e, 2, IBV_WC_RDMA_READ, 1000, "XRC RDMA READ");
 	check_fill(e.src, 1000, 4, "XRC RDMA READ");
 
 	v = 100;
@@ -504,8 +521,7 @@ static void test_xrc_rdma_and_atomics(void **state)
 	assert_int_equal(post_xrc(&e, IBV_WR_ATOMIC_FETCH_AND_ADD, 3, e.srqn[0], 8,
 				  (uintptr_t)e.dst + 8, e.dmr->rkey),
 			 0);
-	expect_wc(e.res->cq, 3, IBV_WC_SUCCESS, &wc, "XRC fetch and add");
-	assert_int_equal(wc.opcode, IBV_WC_FETCH_ADD);
+	expect_send(&e, 3, IBV_WC_FETCH_ADD, 8, "XRC fetch and add");
 	memcpy(&v, e.src, 8);
 	assert_int_equal(v, 100);
 	memcpy(&v, e.dst + 8, 8);
@@ -515,7 +531,7 @@ static void test_xrc_rdma_and_atomics(void **state)
 	assert_int_equal(post_xrc(&e, IBV_WR_ATOMIC_CMP_AND_SWP, 4, e.srqn[0], 8,
 				  (uintptr_t)e.dst + 16, e.dmr->rkey),
 			 0);
-	expect_wc(e.res->cq, 4, IBV_WC_SUCCESS, &wc, "XRC compare and swap");
+	expect_send(&e, 4, IBV_WC_COMP_SWAP, 8, "XRC compare and swap");
 	memcpy(&v, e.dst + 16, 8);
 	assert_int_equal(v, 0x1234);
 	env_close(&e);
@@ -596,8 +612,8 @@ static void test_xrc_rnr_then_receive(void **state)
 	assert_int_equal(post_xrc(&e, IBV_WR_SEND, 13, e.srqn[0], 512, 0, 0), 0);
 	assert_int_equal(tu_poll(e.res->cq, 1, &wc, 50), 0);
 	post_srq_recv(&e, 0, 400, 1024, 512);
-	expect_wc(e.rcq[0], 400, IBV_WC_SUCCESS, &wc, "receive posted after the SEND");
-	expect_wc(e.res->cq, 13, IBV_WC_SUCCESS, NULL, "SEND after RNR");
+	expect_recv(&e, 0, 400, 512, e.ini->qp_num, false, 0, "receive posted after the SEND");
+	expect_send(&e, 13, IBV_WC_SEND, 0, "SEND after RNR");
 	check_fill(e.dst + 1024, 512, 7, "SEND after RNR");
 	env_close(&e);
 }
@@ -611,7 +627,6 @@ static void test_xrc_shared_domain(void **state)
 	int fd = mkstemp(path);
 	struct ibv_xrcd *x2;
 	struct env e;
-	struct ibv_wc wc;
 
 	assert_true(fd >= 0);
 	unlink(path);
@@ -637,8 +652,8 @@ static void test_xrc_shared_domain(void **state)
 	post_srq_recv(&e, 1, 500, 0, 64);
 	fill(e.src, 64, 8);
 	assert_int_equal(post_xrc(&e, IBV_WR_SEND, 14, e.srqn[1], 64, 0, 0), 0);
-	expect_wc(res->cq, 14, IBV_WC_SUCCESS, NULL, "SEND through the second handle");
-	expect_wc(e.rcq[1], 500, IBV_WC_SUCCESS, &wc, "receive through the first handle");
+	expect_send(&e, 14, IBV_WC_SEND, 0, "SEND through the second handle");
+	expect_recv(&e, 1, 500, 64, e.ini->qp_num, false, 0, "receive through the first handle");
 	check_fill(e.dst, 64, 8, "SEND in a shared domain");
 	assert_int_equal(ibv_close_xrcd(x2), EBUSY); /* the target holds it */
 	tu_destroy_qp(res, e.tgt);
@@ -653,7 +668,6 @@ static void test_xrc_builder(void **state)
 {
 	struct env e;
 	struct ibv_qp_ex *qx;
-	struct ibv_wc wc;
 
 	env_open(&e, *state, true);
 	qx = ibv_qp_to_qp_ex(e.ini);
@@ -667,9 +681,8 @@ static void test_xrc_builder(void **state)
 	ibv_wr_set_xrc_srqn(qx, e.srqn[0]);
 	ibv_wr_set_sge(qx, e.smr->lkey, (uintptr_t)e.src, 256);
 	assert_int_equal(ibv_wr_complete(qx), 0);
-	expect_wc(e.res->cq, 15, IBV_WC_SUCCESS, NULL, "builder SEND");
-	expect_wc(e.rcq[0], 600, IBV_WC_SUCCESS, &wc, "builder receive");
-	assert_int_equal(ntohl(wc.imm_data), 77);
+	expect_send(&e, 15, IBV_WC_SEND, 0, "builder SEND");
+	expect_recv(&e, 0, 600, 256, e.ini->qp_num, true, htonl(77), "builder receive");
 	check_fill(e.dst, 256, 10, "builder SEND");
 	env_close(&e);
 }
@@ -685,7 +698,6 @@ static void test_xrc_initiator_in_another_process(void **state)
 	struct tp_wr w;
 	struct tu_conn c;
 	struct env e;
-	struct ibv_wc wc;
 
 	env_open(&e, res, false);
 	tu_destroy_qp(res, e.tgt); /* a fresh target for the agent's initiator */
@@ -708,9 +720,7 @@ static void test_xrc_initiator_in_another_process(void **state)
 	w.xrc_srqn = e.srqn[1];
 	assert_int_equal(tp_post_send(&peer, 0, &w, 1, NULL), 0);
 	tp_expect_peer_wc(&peer, true, 21, IBV_WC_SUCCESS, NULL);
-	expect_wc(e.rcq[1], 700, IBV_WC_SUCCESS, &wc, "SEND from another process");
-	assert_int_equal(wc.byte_len, 5000);
-	assert_int_equal(wc.src_qp, info.qpn);
+	expect_recv(&e, 1, 700, 5000, info.qpn, false, 0, "SEND from another process");
 	tp_assert_pattern(e.dst + 4096, 5000, 31, 0, "SEND from another process");
 
 	tp_fill_peer(&peer, 8192, 3000, 32, 0);
