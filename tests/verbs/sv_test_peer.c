@@ -1,5 +1,7 @@
 #include "verbs/sv_test_peer.h"
 
+#include <softverbs/softverbs.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -60,6 +62,28 @@ static void close_why(const char *fmt, ...)
 	va_end(ap);
 }
 
+bool tp_copy_mode_wrong(struct ibv_qp *qp, char *why, size_t len)
+{
+	const char *mode = getenv("SOFTVERBS_SHM_COPY");
+	struct softverbs_qp_stats st;
+
+	if (!mode || softverbs_query_qp_stats(qp, &st, sizeof(st)))
+		return false;
+	if (!strcmp(mode, "bounce") &&
+	    (st.copy == SOFTVERBS_COPY_CMA || st.tx_cma_bytes || st.rx_cma_bytes)) {
+		snprintf(why, len, "QP %u: SOFTVERBS_SHM_COPY=bounce, yet it copied %llu bytes "
+			 "by process_vm_* (copy mode %u)", qp->qp_num,
+			 (unsigned long long)(st.tx_cma_bytes + st.rx_cma_bytes), st.copy);
+		return true;
+	}
+	if (!strcmp(mode, "cma") && st.copy == SOFTVERBS_COPY_BOUNCE) {
+		snprintf(why, len, "QP %u: SOFTVERBS_SHM_COPY=cma, yet its copy mode is bounce",
+			 qp->qp_num);
+		return true;
+	}
+	return false;
+}
+
 int tp_ep_close(struct tp_ep *ep)
 {
 	char why[256];
@@ -83,6 +107,12 @@ int tp_ep_close(struct tp_ep *ep)
 		close_why("%s", why);
 		rc = -1;
 	}
+	/* And the copy mode the run asked for is the one its QPs took. */
+	for (int i = 0; i < ep->nqp; i++)
+		if (ep->qp[i] && tp_copy_mode_wrong(ep->qp[i], why, sizeof(why))) {
+			close_why("%s", why);
+			rc = -1;
+		}
 	for (int i = ep->nqp - 1; i >= 0; i--)
 		if (ep->qp[i] && ibv_destroy_qp(ep->qp[i])) {
 			close_why("ibv_destroy_qp: errno %d", errno);

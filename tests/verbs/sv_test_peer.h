@@ -79,6 +79,10 @@ struct tp_info {
 /* Opens an endpoint with a @len byte buffer registered with @mr_access (0: TP_ACCESS_ALL).
  * Fails the test if a part fails. */
 void tp_ep_open(struct tp_ep *ep, size_t len, int mr_access);
+/* True (and why) if @qp took a copy mode other than SOFTVERBS_SHM_COPY asks for: the
+ * bounce copy's runs prove by it that no byte went by process_vm_*. tp_ep_close checks
+ * every QP of the endpoint (the agent's too, at its exit). */
+bool tp_copy_mode_wrong(struct ibv_qp *qp, char *why, size_t len);
 /* Destroys what the endpoint holds; tolerant of a half-open endpoint. 0, or -1 if a
  * destroy failed, a CQ still held completions (a surplus completion, or one the test did
  * not poll) or an async event nobody waited for is pending: tp_close_why (and stderr)
