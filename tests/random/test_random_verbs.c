@@ -203,6 +203,7 @@ struct side {
 };
 
 static struct side S_;
+static pid_t child_pid; /* the parent's: its child */
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void fail(const char *fmt, ...)
@@ -215,6 +216,21 @@ static void fail(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	if (S_.role == 0 && child_pid > 0) {
+		/* Say how the child ended; a child still running goes with us. */
+		int st = 0;
+		pid_t w = 0;
+
+		for (int i = 0; i < 200 && (w = waitpid(child_pid, &st, WNOHANG)) == 0; i++)
+			usleep(10000);
+		if (w == child_pid && WIFSIGNALED(st))
+			fprintf(stderr, "random_verbs: the child was killed by signal %d (%s)\n",
+				WTERMSIG(st), strsignal(WTERMSIG(st)));
+		else if (w == child_pid)
+			fprintf(stderr, "random_verbs: the child exited with %d\n", WEXITSTATUS(st));
+		else
+			kill(child_pid, SIGKILL);
+	}
 	fflush(stderr);
 	_exit(1);
 }
@@ -225,6 +241,20 @@ static void fail(const char *fmt, ...)
 		if (!(cond))                                                          \
 			fail(__VA_ARGS__);                                            \
 	} while (0)
+
+static void vlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void vlog(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!S_.verbose)
+		return;
+	fprintf(stderr, "op %" PRIu64 " %s: ", S_.op, S_.role ? "child" : "parent");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
 
 static long long now_ms(void)
 {
@@ -999,6 +1029,8 @@ static void l_modify_qp(struct rng *r)
 	}
 	if (!ok && req < 0)
 		why = "a transition IBA 10.3.1 does not have";
+	vlog("modify_qp pool %d QPN %u type %d srq %d recvs %d: %s -> %s mask 0x%x (%s)", i,
+	     q->qp->qp_num, t, q->srq, q->nrecv, st_name(from), st_name(to), mask, why);
 	rc = ibv_modify_qp(q->qp, &a, mask);
 	if (!ok) {
 		CHECK(rc == EINVAL && q->qp->state == (enum ibv_qp_state)from &&
@@ -1057,7 +1089,13 @@ static void l_post(struct rng *r)
 		bool ok = q->state != IBV_QPS_RESET && q->srq < 0;
 		bool full = (uint32_t)q->nrecv >= q->max_recv_wr;
 
-		if (ok && !full && q->nrecv >= 16)
+		int pending = 0;
+
+		for (int k = 0; k < MAX_QP; k++)
+			if (S_.p.qp[k].qp && S_.p.qp[k].rcq == q->rcq)
+				pending += S_.p.qp[k].nrecv;
+		/* Room in the CQ for every flush these receives may give (no overrun). */
+		if (ok && !full && (q->nrecv >= 16 || pending >= S_.p.cq[q->rcq]->cqe))
 			return;
 		rc = ibv_post_recv(q->qp, &wr, &bad);
 		if (ok && full) {
@@ -1074,6 +1112,8 @@ static void l_post(struct rng *r)
 			return;
 		}
 		CHECK(rc == 0, "ibv_post_recv on a QP in %s returned %d", st_name(q->state), rc);
+		vlog("post_recv pool %d QPN %u in %s: wr_id 0x%" PRIx64, i, q->qp->qp_num,
+		     st_name(q->state), wr.wr_id);
 		if (q->state == IBV_QPS_ERR)
 			expect_wc(S_.p.cq[q->rcq], wr.wr_id, IBV_WC_WR_FLUSH_ERR, -1,
 				  q->qp->qp_num, "a receive posted in ERR", NULL);
@@ -1269,6 +1309,23 @@ static void conn_down(int want)
 	      "data QP (%s) is in %s after the step; want %s",
 	      c->me.type == IBV_QPT_RC ? "RC" : c->me.type == IBV_QPT_UC ? "UC" : "UD",
 	      st_name(st), st_name(want));
+	if (st == IBV_QPS_ERR || st == IBV_QPS_SQE) {
+		/* IBA 10.8.3.3 / 11.4.2: a WR posted to a QP in Error (or its send queue in
+		 * SQE) is accepted and completes with IBV_WC_WR_FLUSH_ERR. */
+		struct ibv_send_wr wr = { .wr_id = 0xf1u | (S_.op << 8), .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED }, *bad = NULL;
+
+		if (c->me.type == IBV_QPT_UD) {
+			wr.wr.ud.ah = c->ah;
+			wr.wr.ud.remote_qpn = c->peer.qpn;
+			wr.wr.ud.remote_qkey = c->peer.qkey;
+		}
+		rc = ibv_post_send(c->qp, &wr, &bad);
+		CHECK(rc == 0, "ibv_post_send to a QP in %s returned %d; want 0 and a flush",
+		      st_name(st), rc);
+		expect_wc(S_.scq, wr.wr_id, IBV_WC_WR_FLUSH_ERR, -1, c->qp->qp_num,
+			  "a SEND posted after the error", NULL);
+	}
 	rc = ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
 	CHECK(rc == 0, "data QP -> ERR: %d", rc);
 	for (int k = 0; k < c->nrecv; k++)
@@ -2234,6 +2291,39 @@ static void child_main(void)
 	_exit(0);
 }
 
+/* A crash (known defect 11 is one) still names the seed and the operation. */
+static void on_crash(int sig)
+{
+	char buf[160], num[24];
+	size_t n = 0;
+	const char *parts[] = { "random_verbs: FAIL seed 0x", NULL, " op ", NULL, S_.role ? " (child)" :
+				" (parent)", ": killed by a signal\n" };
+	uint64_t v[2] = { S_.seed, S_.op };
+
+	for (int i = 0; i < 6; i++) {
+		const char *p = parts[i];
+
+		if (!p) {
+			uint64_t x = v[i / 2];
+			int len = 0;
+
+			do {
+				num[len++] = "0123456789abcdef"[i == 1 ? x % 16 : x % 10];
+				x = i == 1 ? x / 16 : x / 10;
+			} while (x);
+			while (len && n < sizeof(buf))
+				buf[n++] = num[--len];
+			continue;
+		}
+		while (*p && n < sizeof(buf))
+			buf[n++] = *p++;
+	}
+	if (write(2, buf, n) < 0)
+		_exit(3);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 static void on_alarm(int sig)
 {
 	static const char msg[] = "random_verbs: FAIL: the run overran its time bound (hung?)\n";
@@ -2276,7 +2366,7 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--known-defects")) {
 			O.known = true;
 		} else if (!strcmp(argv[i], "--verbose")) {
-			O.verbose = true;
+			O.verbose = S_.verbose = true;
 		} else {
 			usage();
 		}
@@ -2297,7 +2387,7 @@ int main(int argc, char **argv)
 	{
 		pid_t parent = getpid();
 
-		child = fork();
+		child = child_pid = fork();
 		if (child < 0)
 			fail("fork: %s", strerror(errno));
 		if (child == 0) {
@@ -2308,6 +2398,8 @@ int main(int argc, char **argv)
 			S_.role = 1;
 			S_.fd = sv[1];
 			signal(SIGALRM, on_alarm);
+			signal(SIGSEGV, on_crash);
+			signal(SIGBUS, on_crash);
 			alarm((unsigned int)O.seconds + 120);
 			child_main();
 		}
@@ -2315,6 +2407,8 @@ int main(int argc, char **argv)
 	close(sv[1]);
 	S_.fd = sv[0];
 	signal(SIGALRM, on_alarm);
+	signal(SIGSEGV, on_crash);
+	signal(SIGBUS, on_crash);
 	alarm((unsigned int)O.seconds + 120);
 	open_device();
 	rng_init(&r, O.seed);
