@@ -588,16 +588,18 @@ static void l_dereg_mr(struct rng *r)
 {
 	int i = pick_used(r, mr_ptrs(), MAX_MR);
 	struct lmr *m;
+	size_t len;
 	int rc;
 
 	if (i < 0)
 		return;
 	m = &S_.p.mr[i];
+	len = m->mr->length;
 	rc = ibv_dereg_mr(m->mr);
 	CHECK(rc == 0, "ibv_dereg_mr returned %d", rc);
 	/* Nothing wrote into it: the buffer as filled, the canaries intact. */
 	for (size_t k = 0; k < m->maplen; k++) {
-		uint8_t want = k >= GUARD && k < GUARD + m->mr->length ? 0x33 : canary_at(k);
+		uint8_t want = k >= GUARD && k < GUARD + len ? 0x33 : canary_at(k);
 
 		CHECK((uint8_t)m->map[k] == want, "pool MR mapping byte %zu is 0x%02x, want 0x%02x",
 		      k, (uint8_t)m->map[k], want);
