@@ -123,7 +123,10 @@ static uint32_t rsize(struct rng *r, uint32_t max)
 
 	while ((1u << bits) < max && bits < 31)
 		bits++;
-	v = (uint32_t)(rnext(r) >> 33) & ((1u << rbelow(r, bits + 1)) - 1);
+	/* One draw per statement: the operands of an expression have no fixed order, and
+	 * a replay must draw the same numbers whatever the compiler chose. */
+	v = (uint32_t)(rnext(r) >> 33);
+	v &= (1u << rbelow(r, bits + 1)) - 1;
 	return v % max + 1;
 }
 
@@ -1869,8 +1872,11 @@ static void gen_dop(struct rng *r, const struct cinfo *ini, const struct cinfo *
 	    rone(r, 4) && d->len <= ini->max_inline) {
 		d->inl = 1;
 		/* ibv_post_send(3): with IBV_SEND_INLINE "the lkey won't be checked". */
-		if (d->nseg && rone(r, 3))
-			d->seg[rbelow(r, d->nseg)].bad_lkey = nonzero32(r);
+		if (d->nseg && rone(r, 3)) {
+			uint32_t k = rbelow(r, d->nseg);
+
+			d->seg[k].bad_lkey = nonzero32(r);
+		}
 	}
 	/* Refused at the post (ibv_post_send(3): EINVAL, bad_wr the WR): inline data above
 	 * max_inline_data, more SGEs than max_send_sge. Valid WRITEs may come before it in
@@ -1909,7 +1915,9 @@ static void gen_dop(struct rng *r, const struct cinfo *ini, const struct cinfo *
 
 		local_err = true;
 		if (kind == 0) {
-			d->seg[rbelow(r, d->nseg)].bad_lkey = nonzero32(r);
+			uint32_t k = rbelow(r, d->nseg);
+
+			d->seg[k].bad_lkey = nonzero32(r);
 		} else if (kind == 1 && d->len <= ini->len) {
 			uint32_t ex = 1 + rbelow(r, umin(d->len, GUARD - 8));
 
@@ -1957,7 +1965,8 @@ static void gen_dop(struct rng *r, const struct cinfo *ini, const struct cinfo *
 				/* An atomic not 8-byte aligned (IBA 9.4.5): rdma-core's rxe
 				 * provider refuses it at the post (EINVAL), as softverbs does;
 				 * on the wire it would be an Invalid Request NAK. */
-				d->roff = rbelow(r, (tgt->len - 16) / 8 + 1) * 8 + 1 + rbelow(r, 7);
+				d->roff = rbelow(r, (tgt->len - 16) / 8 + 1) * 8;
+				d->roff += 1 + rbelow(r, 7);
 				d->post_rc = EINVAL;
 				d->wc_status = -1;
 				d->reads = d->lands = 0;
@@ -2024,8 +2033,11 @@ static void gen_dop(struct rng *r, const struct cinfo *ini, const struct cinfo *
 				} else {
 					/* a bad lkey, or an MR without LOCAL_WRITE: LOC_PROT_ERR at
 					 * the responder, REM_OP_ERR at the requester (IBA 9.7.5.2.4) */
-					if (tlw)
-						d->rseg[rbelow(r, d->rnseg)].bad_lkey = nonzero32(r);
+					if (tlw) {
+						uint32_t k = rbelow(r, d->rnseg);
+
+						d->rseg[k].bad_lkey = nonzero32(r);
+					}
 					d->recv_status = IBV_WC_LOC_PROT_ERR;
 					d->wc_status = IBV_WC_REM_OP_ERR;
 				}
@@ -2418,7 +2430,11 @@ int main(int argc, char **argv)
 	end = start + (long long)(O.seconds * 1000);
 	for (S_.op = 1; S_.op <= O.ops && now_ms() < end; S_.op++) {
 		if (rbelow(&r, 10) < 3) {
-			run_simple((int)rbelow(&r, 2), M_LOCAL, rnext(&r), 1 + rbelow(&r, 4));
+			int who = (int)rbelow(&r, 2);
+			uint64_t sub = rnext(&r);
+			uint64_t n = 1 + rbelow(&r, 4);
+
+			run_simple(who, M_LOCAL, sub, n);
 			D.local_steps++;
 			continue;
 		}
