@@ -184,7 +184,8 @@ struct conn {
 	struct cinfo me, peer;
 	uint64_t recv_ids[64];
 	int nrecv;
-	int async_expect;  /* an async event that may come (-1: none) */
+	int async_expect;  /* the async event that must come (-1: none) */
+	bool async_seen;
 };
 
 struct side {
@@ -462,19 +463,23 @@ static void expect_wc(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status st, 
 }
 
 /* Async events: none unexpected. @allowed (or -1) may come; QP events name our QP. */
-static void drain_async(int allowed, const char *what)
+static bool drain_async(int allowed, const char *what)
 {
 	struct ibv_async_event ev;
 	struct pollfd pfd = { .fd = S_.ctx->async_fd, .events = POLLIN };
+	bool seen = false;
 
 	while (poll(&pfd, 1, 0) == 1) {
 		if (ibv_get_async_event(S_.ctx, &ev))
 			fail("%s: ibv_get_async_event failed although the fd is readable: %s",
 			     what, strerror(errno));
 		ibv_ack_async_event(&ev);
-		CHECK(allowed >= 0 && ev.event_type == (enum ibv_event_type)allowed,
+		CHECK(allowed >= 0 && ev.event_type == (enum ibv_event_type)allowed &&
+			      !(S_.c.up && ev.element.qp != S_.c.qp),
 		      "%s: unexpected async event %s", what, ibv_event_type_str(ev.event_type));
+		seen = true;
 	}
+	return seen;
 }
 
 /* IBA 11.6.3 (ibv_get_async_event(3)): a QP with an SRQ that enters Error reports
@@ -1310,7 +1315,12 @@ static void conn_down(int want)
 	if (!c->up)
 		return;
 	st = query_state(c->qp);
-	CHECK(want < 0 || st == (enum ibv_qp_state)want || (want == IBV_QPS_RTS && st == IBV_QPS_RTS),
+	/* A responder's own move to ERR and its event need not come before its NAK
+	 * reaches the requester: both within a bound. */
+	for (long long until = now_ms() + WAIT_MS;
+	     want >= 0 && st != (enum ibv_qp_state)want && now_ms() < until; sched_yield())
+		st = query_state(c->qp);
+	CHECK(want < 0 || st == (enum ibv_qp_state)want,
 	      "data QP (%s) is in %s after the step; want %s",
 	      c->me.type == IBV_QPT_RC ? "RC" : c->me.type == IBV_QPT_UC ? "UC" : "UD",
 	      st_name(st), st_name(want));
@@ -1338,6 +1348,14 @@ static void conn_down(int want)
 			  "an outstanding receive flushed at teardown", NULL);
 	expect_empty(S_.rcq, "teardown, receive CQ");
 	expect_empty(S_.scq, "teardown, send CQ");
+	if (c->async_expect >= 0 && !c->async_seen) {
+		struct pollfd pfd = { .fd = S_.ctx->async_fd, .events = POLLIN };
+
+		if (poll(&pfd, 1, WAIT_MS) != 1)
+			fail("no async event %s within %d ms",
+			     ibv_event_type_str((enum ibv_event_type)c->async_expect), WAIT_MS);
+		c->async_seen = drain_async(c->async_expect, "teardown");
+	}
 	drain_async(c->async_expect, "teardown");
 	buf_check(c, "teardown");
 	if (c->ah)
@@ -1704,7 +1722,7 @@ static void do_check(const struct dop *d)
 		/* RC: the completion came after the responder placed it (its ACK); RDMA READ
 		 * and atomics likewise. UC/UD without a receive: a fence follows. */
 		buf_check(c, "the target's memory after the step");
-		drain_async(c->async_expect, "after the step");
+		c->async_seen |= drain_async(c->async_expect, "after the step");
 	}
 }
 
