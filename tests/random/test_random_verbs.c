@@ -178,6 +178,8 @@ struct conn {
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
 	struct ibv_ah *ah; /* UD: to the peer */
+	struct ibv_srq *srq; /* the QP's receives come from it (or NULL) */
+	bool last_wqe_seen;
 	char *map, *buf;   /* the mapping; the registered buffer inside it */
 	unsigned char *shadow;
 	size_t maplen;
@@ -474,6 +476,12 @@ static bool drain_async(int allowed, const char *what)
 			fail("%s: ibv_get_async_event failed although the fd is readable: %s",
 			     what, strerror(errno));
 		ibv_ack_async_event(&ev);
+		if (S_.c.srq && ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED &&
+		    ev.element.qp == S_.c.qp) {
+			/* IBA 11.6.3: a QP with an SRQ that entered ERR (after an error). */
+			S_.c.last_wqe_seen = true;
+			continue;
+		}
 		CHECK(allowed >= 0 && ev.event_type == (enum ibv_event_type)allowed &&
 			      !(S_.c.up && ev.element.qp != S_.c.qp),
 		      "%s: unexpected async event %s", what, ibv_event_type_str(ev.event_type));
@@ -1193,7 +1201,7 @@ static void conn_new(enum ibv_qp_type type, uint64_t subseed, struct cinfo *out)
 	struct rng r;
 	struct ibv_qp_init_attr ia = { 0 };
 	unsigned int acc = 0;
-	uint32_t len;
+	uint32_t len, srq_sge;
 
 	rng_init(&r, subseed);
 	len = 64 + rsize(&r, 1 << 15);
@@ -1226,6 +1234,17 @@ static void conn_new(enum ibv_qp_type type, uint64_t subseed, struct cinfo *out)
 	ia.cap.max_recv_sge = 1 + rbelow(&r, MAX_SEG);
 	ia.cap.max_inline_data = rbelow(&r, 65);
 	ia.sq_sig_all = 1;
+	srq_sge = 0;
+	if (rone(&r, 4)) {
+		struct ibv_srq_init_attr sa = { .attr = { .max_wr = 64,
+							  .max_sge = ia.cap.max_recv_sge } };
+
+		c->srq = ibv_create_srq(S_.pd, &sa);
+		CHECK(c->srq && sa.attr.max_sge >= ia.cap.max_recv_sge,
+		      "ibv_create_srq (data): %p errno %d", (void *)c->srq, errno);
+		ia.srq = c->srq;
+		srq_sge = sa.attr.max_sge;
+	}
 	errno = 0;
 	c->qp = ibv_create_qp(S_.pd, &ia);
 	CHECK(c->qp, "ibv_create_qp(data %d): NULL errno %d", type, errno);
@@ -1233,7 +1252,7 @@ static void conn_new(enum ibv_qp_type type, uint64_t subseed, struct cinfo *out)
 		.qpn = c->qp->qp_num, .qkey = QKEY_BASE | rbelow(&r, 0x10000),
 		.rkey = c->mr->rkey, .len = len, .mr_access = acc, .type = type,
 		.max_inline = ia.cap.max_inline_data, .max_send_sge = ia.cap.max_send_sge,
-		.max_recv_sge = ia.cap.max_recv_sge, .addr = (uintptr_t)c->buf, .gid = S_.gid,
+		.max_recv_sge = c->srq ? srq_sge : ia.cap.max_recv_sge, .addr = (uintptr_t)c->buf, .gid = S_.gid,
 		.lid = S_.port.lid,
 	};
 	if (type == IBV_QPT_RC)
@@ -1291,6 +1310,29 @@ static void conn_go(const struct cinfo *peer)
 			   (t == IBV_QPT_RC ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 			    IBV_QP_MAX_QP_RD_ATOMIC : 0));
 	CHECK(rc == 0, "data QP RTR -> RTS: %d", rc);
+	{
+		/* ibv_query_qp(3): what the transitions set, and the capacities granted. */
+		struct ibv_qp_init_attr ia;
+
+		memset(&a, 0, sizeof(a));
+		rc = ibv_query_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_CAP | IBV_QP_DEST_QPN |
+				  IBV_QP_QKEY | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MTU |
+				  IBV_QP_SQ_PSN | IBV_QP_RQ_PSN | IBV_QP_PORT, &ia);
+		CHECK(rc == 0 && a.qp_state == IBV_QPS_RTS && a.sq_psn == 0x123 &&
+			      ia.cap.max_send_sge == c->me.max_send_sge &&
+			      ia.cap.max_inline_data == c->me.max_inline && ia.qp_type == t &&
+			      ia.srq == c->srq &&
+			      (t == IBV_QPT_UD ? a.qkey == c->me.qkey
+					       : a.dest_qp_num == peer->qpn && a.rq_psn == 0x123 &&
+							 a.path_mtu == IBV_MTU_4096 &&
+							 a.qp_access_flags == c->me.qp_access),
+		      "ibv_query_qp after RTS: rc %d state %s sq_psn 0x%x rq_psn 0x%x dest %u "
+		      "(want %u) mtu %d qkey 0x%x (want 0x%x) access 0x%x (want 0x%x) send_sge %u "
+		      "(want %u) inline %u (want %u)", rc, st_name(a.qp_state), a.sq_psn,
+		      a.rq_psn, a.dest_qp_num, peer->qpn, a.path_mtu, a.qkey, c->me.qkey,
+		      a.qp_access_flags, c->me.qp_access, ia.cap.max_send_sge, c->me.max_send_sge,
+		      ia.cap.max_inline_data, c->me.max_inline);
+	}
 	if (t == IBV_QPT_UD) {
 		struct ibv_ah_attr aa;
 
@@ -1343,9 +1385,22 @@ static void conn_down(int want)
 	}
 	rc = ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
 	CHECK(rc == 0, "data QP -> ERR: %d", rc);
-	for (int k = 0; k < c->nrecv; k++)
-		expect_wc(S_.rcq, c->recv_ids[k], IBV_WC_WR_FLUSH_ERR, -1, c->qp->qp_num,
-			  "an outstanding receive flushed at teardown", NULL);
+	if (c->srq) {
+		/* The SRQ's receives are not the QP's: nothing flushed (IBA 10.2.9.5); the QP
+		 * in ERR reports IBV_EVENT_QP_LAST_WQE_REACHED (IBA 11.6.3). */
+		struct pollfd pfd = { .fd = S_.ctx->async_fd, .events = POLLIN };
+
+		for (long long until = now_ms() + WAIT_MS; !c->last_wqe_seen && now_ms() < until;) {
+			if (poll(&pfd, 1, WAIT_MS) == 1)
+				c->async_seen |= drain_async(c->async_expect, "teardown (SRQ)");
+		}
+		CHECK(c->last_wqe_seen, "no IBV_EVENT_QP_LAST_WQE_REACHED within %d ms for a data "
+		      "QP with an SRQ in ERR", WAIT_MS);
+	} else {
+		for (int k = 0; k < c->nrecv; k++)
+			expect_wc(S_.rcq, c->recv_ids[k], IBV_WC_WR_FLUSH_ERR, -1, c->qp->qp_num,
+				  "an outstanding receive flushed at teardown", NULL);
+	}
 	expect_empty(S_.rcq, "teardown, receive CQ");
 	expect_empty(S_.scq, "teardown, send CQ");
 	if (c->async_expect >= 0 && !c->async_seen) {
@@ -1361,6 +1416,10 @@ static void conn_down(int want)
 	if (c->ah)
 		CHECK(ibv_destroy_ah(c->ah) == 0, "ibv_destroy_ah (data)");
 	CHECK(ibv_destroy_qp(c->qp) == 0, "ibv_destroy_qp (data)");
+	if (c->srq) {
+		CHECK(ibv_destroy_srq(c->srq) == 0, "ibv_destroy_srq (data)");
+		expect_empty(S_.rcq, "after destroying the SRQ (its receives go without completions)");
+	}
 	CHECK(ibv_dereg_mr(c->mr) == 0, "ibv_dereg_mr (data)");
 	munmap(c->map, c->maplen);
 	free(c->shadow);
@@ -1418,7 +1477,7 @@ static uint32_t do_prep(const struct dop *d, unsigned char *out)
 		wr.wr_id = (d->id << 8) | 0xbd;
 		wr.sg_list = sg;
 		wr.num_sge = (int)n;
-		rc = ibv_post_recv(c->qp, &wr, &bad);
+		rc = c->srq ? ibv_post_srq_recv(c->srq, &wr, &bad) : ibv_post_recv(c->qp, &wr, &bad);
 		CHECK(rc == EINVAL && bad == &wr, "ibv_post_recv with %u SGEs (max_recv_sge %u) "
 		      "returned %d; want EINVAL, bad_wr the WR", n, c->me.max_recv_sge, rc);
 	}
@@ -1432,9 +1491,9 @@ static uint32_t do_prep(const struct dop *d, unsigned char *out)
 		wr.sg_list = d->rnseg ? sg : NULL;
 		wr.num_sge = (int)d->rnseg;
 		bad = NULL;
-		rc = ibv_post_recv(c->qp, &wr, &bad);
-		CHECK(rc == 0, "ibv_post_recv (%u SGEs, max %u) returned %d", d->rnseg,
-		      c->me.max_recv_sge, rc);
+		rc = c->srq ? ibv_post_srq_recv(c->srq, &wr, &bad) : ibv_post_recv(c->qp, &wr, &bad);
+		CHECK(rc == 0, "ibv_post_%srecv (%u SGEs, max %u) returned %d", c->srq ? "srq_" : "",
+		      d->rnseg, c->me.max_recv_sge, rc);
 		c->recv_ids[c->nrecv++] = wr.wr_id;
 	}
 	if (d->reads && !d->rbefore && d->roff + d->len <= c->me.len) {
@@ -1462,6 +1521,7 @@ static void do_ghost(const struct dop *d)
 	struct ibv_qp *gone = ibv_create_qp(S_.pd, &ia);
 	struct cinfo saved = c->me, saved_peer = c->peer, peer;
 	struct ibv_qp *main_qp = c->qp;
+	struct ibv_srq *main_srq = c->srq;
 	struct ibv_sge sg = { .addr = (uintptr_t)c->buf, .length = d->len,
 			      .lkey = d->seg[0].bad_lkey ? c->mr->lkey ^ d->seg[0].bad_lkey : c->mr->lkey };
 	struct ibv_send_wr wr = { .wr_id = (d->id << 8) | 0x47, .sg_list = &sg, .num_sge = 1,
@@ -1475,8 +1535,11 @@ static void do_ghost(const struct dop *d)
 	peer.qpn = gone->qp_num;
 	CHECK(ibv_destroy_qp(gone) == 0, "ibv_destroy_qp (ghost peer)");
 	c->qp = qp;
+	c->srq = NULL;
 	c->me.type = IBV_QPT_UC;
 	c->me.qp_access = IBV_ACCESS_REMOTE_WRITE;
+	c->me.max_send_sge = ia.cap.max_send_sge;
+	c->me.max_inline = ia.cap.max_inline_data;
 	conn_go(&peer);
 	rc = ibv_post_send(qp, &wr, &bad);
 	CHECK(rc == 0, "ibv_post_send (UC ghost) returned %d", rc);
@@ -1488,6 +1551,7 @@ static void do_ghost(const struct dop *d)
 	expect_empty(S_.scq, "after the UC ghost send");
 	CHECK(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp (UC ghost)");
 	c->qp = main_qp;
+	c->srq = main_srq;
 	c->me = saved;
 	c->up = was_up;
 	c->peer = saved_peer;
