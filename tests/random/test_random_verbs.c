@@ -804,8 +804,8 @@ static void l_create_qp(struct rng *r)
 	errno = 0;
 	qp = ibv_create_qp(p->pd[pd], &ia);
 	if (!ok) {
-		CHECK(!qp && errno == EINVAL, "ibv_create_qp(%s, caps %u/%u/%u/%u/%u%s) gave %p "
-		      "errno %d; want NULL, EINVAL", ibv_wc_status_str(0) ? "" : "", want.max_send_wr,
+		CHECK(!qp && errno == EINVAL, "ibv_create_qp(type %d, caps %u/%u/%u/%u/%u%s) gave %p "
+		      "errno %d; want NULL, EINVAL", ia.qp_type, want.max_send_wr,
 		      want.max_recv_wr, want.max_send_sge, want.max_recv_sge, want.max_inline_data,
 		      ia.srq ? " srq" : "", (void *)qp, errno);
 		return;
@@ -2141,8 +2141,7 @@ static void gen_dop(struct rng *r, const struct cinfo *ini, const struct cinfo *
 			d->fence = 1;
 			return;
 		}
-		if (ud && !local_err && d->len == 0 && !d->rnseg)
-			d->recv = 1; /* a 0-byte datagram needs room for its GRH: */
+		/* A UD receive always has room for the GRH, a 0-byte datagram's too. */
 		if (ud && d->rnseg == 0 && !local_err) {
 			d->rnseg = 1;
 			d->rseg[0] = (struct seg){ .off = rbelow(r, tgt->len - need + 1), .len = need };
@@ -2159,7 +2158,6 @@ static void gen_dop(struct rng *r, const struct cinfo *ini, const struct cinfo *
 		d->absent_qpn = 0xfffff0 + rbelow(r, 8);
 		d->recv = 0;
 	}
-	/* ATOMIC results travel to the initiator in the same step. */
 }
 
 static struct side_conn_info {
