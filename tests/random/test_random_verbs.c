@@ -1194,6 +1194,11 @@ static void pools_free(void)
 
 /* ---- the data connection ------------------------------------------------------------ */
 
+static const char *qpt_name(uint32_t t)
+{
+	return t == IBV_QPT_RC ? "RC" : t == IBV_QPT_UC ? "UC" : t == IBV_QPT_UD ? "UD" : "?";
+}
+
 /* Creates this end: an MR of the asked size and access between canaries, a QP. */
 static void conn_new(enum ibv_qp_type type, uint64_t subseed, struct cinfo *out)
 {
@@ -1264,6 +1269,9 @@ static void conn_new(enum ibv_qp_type type, uint64_t subseed, struct cinfo *out)
 	if (type == IBV_QPT_RC && rbelow(&r, 8)) /* mostly all rights: more traffic lands */
 		c->me.qp_access |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 				   IBV_ACCESS_REMOTE_ATOMIC;
+	vlog("conn_new %s QPN %u MR len %u access 0x%x QP access 0x%x%s caps sge %u/%u inline %u",
+	     qpt_name(type), c->qp->qp_num, len, acc, c->me.qp_access, c->srq ? " SRQ" : "",
+	     c->me.max_send_sge, c->me.max_recv_sge, c->me.max_inline);
 	*out = c->me;
 }
 
@@ -1503,10 +1511,6 @@ static uint32_t do_prep(const struct dop *d, unsigned char *out)
 	return 0;
 }
 
-static const char *qpt_name(uint32_t t)
-{
-	return t == IBV_QPT_RC ? "RC" : t == IBV_QPT_UC ? "UC" : t == IBV_QPT_UD ? "UD" : "?";
-}
 
 /* Known defect 10's UC half: a new UC QP whose peer QPN nobody has; a SEND from it
  * completes (UC is unacknowledged: the message is lost), with a bad lkey it fails with
