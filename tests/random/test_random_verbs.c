@@ -40,9 +40,9 @@
  *   everything outstanding once a QP is in Error; an RC error takes the QP to ERR, a UC
  *   or UD send error to SQE (IBA 10.3.1); UC and UD lose what the responder refuses.
  *
- * Known defects of softverbs that the lead is fixing are behind --known-defects (off by
- * default, on in tests/random/run_long.sh): UC/UD sends with a bad lkey to an absent
- * peer, and an on-demand MR over a PROT_NONE page used by a SEND.
+ * The cases of two defects this test found, since fixed, are behind --known-defects (on
+ * in ctest and tests/random/run_long.sh): UC/UD sends with a bad lkey to an absent peer,
+ * and an on-demand MR over a PROT_NONE page used by a SEND.
  */
 #include <infiniband/verbs.h>
 
