@@ -3,6 +3,12 @@
 #include <errno.h>
 #include <string.h>
 
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) && !defined(__SANITIZE_THREAD__)
+#define __SANITIZE_THREAD__ 1
+#endif
+#endif
+
 void shm_fifo_init(struct shm_fifo *f)
 {
 	atomic_init(&f->tail, 0);
@@ -49,6 +55,72 @@ static uint32_t contiguous(uint64_t pos, uint32_t off)
 	return (uint32_t)((SHM_FIFO_SLOTS - slot) * SHM_SLOT_SIZE - off % SHM_SLOT_SIZE);
 }
 
+#if defined(__SANITIZE_THREAD__)
+/* Plain loads and stores (no memcpy: ThreadSanitizer's intercepted memcpy would be the
+ * top frame), so that each is the top frame of its own accesses to application memory. */
+typedef uint64_t __attribute__((may_alias, aligned(1))) shm_word;
+
+__attribute__((noinline)) static void shm_app_load(unsigned char *dst, const unsigned char *app,
+						   size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		*(shm_word *)(dst + i) = *(const shm_word *)(app + i);
+	for (; i < n; i++)
+		dst[i] = app[i];
+}
+
+__attribute__((noinline)) static void shm_app_store(unsigned char *app, const unsigned char *src,
+						    size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		*(shm_word *)(app + i) = *(const shm_word *)(src + i);
+	for (; i < n; i++)
+		app[i] = src[i];
+}
+
+/* Through a buffer on the stack: the application's bytes by shm_app_load/store, the
+ * library's by memcpy. */
+void shm_copy_from_app(void *dst, const void *app, size_t n)
+{
+	unsigned char tmp[512];
+
+	for (size_t done = 0; done < n;) {
+		size_t k = n - done < sizeof(tmp) ? n - done : sizeof(tmp);
+
+		shm_app_load(tmp, (const unsigned char *)app + done, k);
+		memcpy((unsigned char *)dst + done, tmp, k);
+		done += k;
+	}
+}
+
+void shm_copy_to_app(void *app, const void *src, size_t n)
+{
+	unsigned char tmp[512];
+
+	for (size_t done = 0; done < n;) {
+		size_t k = n - done < sizeof(tmp) ? n - done : sizeof(tmp);
+
+		memcpy(tmp, (const unsigned char *)src + done, k);
+		shm_app_store((unsigned char *)app + done, tmp, k);
+		done += k;
+	}
+}
+#else
+void shm_copy_from_app(void *dst, const void *app, size_t n)
+{
+	memcpy(dst, app, n);
+}
+
+void shm_copy_to_app(void *app, const void *src, size_t n)
+{
+	memcpy(app, src, n);
+}
+#endif
+
 void shm_fifo_put(struct shm_fifo *f, uint64_t pos, uint32_t off, const void *src, uint32_t len)
 {
 	const unsigned char *p = src;
@@ -58,7 +130,7 @@ void shm_fifo_put(struct shm_fifo *f, uint64_t pos, uint32_t off, const void *sr
 
 		if (n > len)
 			n = len;
-		memcpy(payload_at(f, pos, off), p, n);
+		shm_copy_from_app(payload_at(f, pos, off), p, n);
 		p += n;
 		off += n;
 		len -= n;
@@ -74,7 +146,7 @@ void shm_fifo_get(struct shm_fifo *f, uint64_t pos, uint32_t off, void *dst, uin
 
 		if (n > len)
 			n = len;
-		memcpy(p, payload_at(f, pos, off), n);
+		shm_copy_to_app(p, payload_at(f, pos, off), n);
 		p += n;
 		off += n;
 		len -= n;
