@@ -65,7 +65,9 @@
 
 #define CHILD_FLAG "--cm-robust-child"
 #define WAIT_MS 5000        /* every wait for an event, a message or a completion */
-#define PROMPT_MS 2000      /* a listener drops a connection that sent garbage this soon */
+#define PROMPT_MS 4000      /* a listener drops a connection that sent garbage this soon
+			     * (at once: 4 s is what a loaded machine keeps, and still
+			     * before the 5 s a silent one is given) */
 #define SILENT_MIN_MS 4000  /* ... and one that sent nothing (or too little) not before */
 #define SILENT_MAX_MS 10000 /* ... nor after (the library's limit is 5 s) */
 #define MAX_PENDING 256     /* silent connections a listener keeps */
@@ -87,7 +89,9 @@
 #endif
 #if defined(__SANITIZE_ADDRESS__) || RB_HAS_ASAN
 #define RB_ASAN 1
-#include <sanitizer/allocator_interface.h>
+/* The sanitizer allocator's count of live bytes (the runtime exports it; gcc installs
+ * no <sanitizer/allocator_interface.h> to declare it). */
+size_t __sanitizer_get_current_allocated_bytes(void);
 #else
 #define RB_ASAN 0
 #endif
@@ -784,8 +788,11 @@ static void test_connect_no_listener_rc_rejected(void **state)
 	ev = expect_event(fx->cch, RDMA_CM_EVENT_REJECTED, 8, fx->client,
 			  "RC connect to a port nobody listens on");
 	assert_int_equal(rdma_ack_cm_event(ev), 0);
-	if (now_ms() - t0 > 2000)
-		fail_msg("the refusal took %lld ms", now_ms() - t0);
+	/* docs/conformance.md: a refused connect is retried for 250 ms first (a listener
+	 * may be a moment away); 10 s is a bound a loaded machine keeps. */
+	if (now_ms() - t0 < 250 || now_ms() - t0 > 10000)
+		fail_msg("the refusal took %lld ms (want 250 ms of retries, at most 10 s)",
+			 now_ms() - t0);
 	/* librdmacm moves the QP of a rejected connection to ERR. */
 	assert_int_equal(ibv_query_qp(fx->client->qp, &qa, IBV_QP_STATE, &qia), 0);
 	assert_int_equal(qa.qp_state, IBV_QPS_ERR);
