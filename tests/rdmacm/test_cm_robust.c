@@ -89,18 +89,28 @@
 #endif
 #if defined(__SANITIZE_ADDRESS__) || RB_HAS_ASAN
 #define RB_ASAN 1
+#else
+#define RB_ASAN 0
+#endif
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) && !defined(__SANITIZE_THREAD__)
+#define __SANITIZE_THREAD__ 1
+#endif
+#endif
+#if RB_ASAN || defined(__SANITIZE_THREAD__)
+#define RB_SANITIZER_MALLOC 1
 /* The sanitizer allocator's count of live bytes (the runtime exports it; gcc installs
  * no <sanitizer/allocator_interface.h> to declare it). */
 size_t __sanitizer_get_current_allocated_bytes(void);
 #else
-#define RB_ASAN 0
+#define RB_SANITIZER_MALLOC 0
 #endif
 
-/* Bytes the application has malloc'd and not freed: ASan's allocator counts them itself
- * (glibc's mallinfo2 reads 0 there); elsewhere glibc's count. */
+/* Bytes the application has malloc'd and not freed: ASan's and TSan's allocators count
+ * them themselves (glibc's mallinfo2 reads 0 there); elsewhere glibc's count. */
 static size_t malloc_in_use(void)
 {
-#if RB_ASAN
+#if RB_SANITIZER_MALLOC
 	return __sanitizer_get_current_allocated_bytes();
 #else
 	return mallinfo2().uordblks;

@@ -104,11 +104,11 @@ static void loop_open(struct loop *l, enum ibv_qp_type type, uint8_t rd_atomic, 
 	}
 	assert_int_equal(tu_qp_connect(l->a, &ca, IBV_QPS_RTS), 0);
 	assert_int_equal(tu_qp_connect(l->b, &cb, IBV_QPS_RTS), 0);
-	l->len = len;
-	l->buf = aligned_alloc(4096, len);
+	l->len = (len + 4095) & ~(size_t)4095; /* aligned_alloc: a multiple of the alignment */
+	l->buf = aligned_alloc(4096, l->len);
 	assert_non_null(l->buf);
-	memset(l->buf, 0, len);
-	l->mr = ibv_reg_mr(l->res->pd, l->buf, len, access);
+	memset(l->buf, 0, l->len);
+	l->mr = ibv_reg_mr(l->res->pd, l->buf, l->len, access);
 	assert_non_null(l->mr);
 }
 

@@ -75,13 +75,9 @@ static inline struct shm_slot *shm_fifo_slot(struct shm_fifo *f, uint64_t pos)
 }
 
 /*
- * Copies between application memory (@app) and the library's own. The application
- * orders its accesses to its buffers through its peer's messages (another process,
- * which ThreadSanitizer cannot see), so these copies are where tests/tsan.supp allows
- * a race, by name (race_top:shm_app_load / shm_app_store): under ThreadSanitizer the
- * application side of the copy is done by those two functions alone, the library
- * side by memcpy, so a race on a ring slot or any of the library's memory stays
- * reported. Elsewhere both are memcpy.
+ * Copies between application memory (@app) and the library's own: memcpy. Under
+ * ThreadSanitizer only the library's side is recorded (shm_fifo.c says why), so a race
+ * on a ring slot or any of the library's memory stays reported.
  */
 void shm_copy_from_app(void *dst, const void *app, size_t n);
 void shm_copy_to_app(void *app, const void *src, size_t n);
