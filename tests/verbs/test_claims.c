@@ -5,9 +5,9 @@
  *   (architecture.md, "CQs");
  * - completion timestamps of real traffic are the device clock (CLOCK_MONOTONIC ns,
  *   hca_core_clock 1 GHz), at both ends, and the wall-clock reading is CLOCK_REALTIME;
- * - ibv_destroy_cq and ibv_destroy_qp wait until the events handed out for the object
- *   were acknowledged (architecture.md, "Async events"): destroyed from a second
- *   thread, the destroy does not return before the ack, and returns after it;
+ * - ibv_destroy_cq, ibv_destroy_qp and ibv_destroy_srq wait until the events handed out
+ *   for the object were acknowledged (architecture.md, "Async events"): destroyed from a
+ *   second thread, the destroy does not return before the ack, and returns after it;
  * - max_rd_atomic limits READs and atomics in flight: more than that many posted at
  *   once are held back and all complete, in order, with the right data. (What the
  *   target sees at once cannot be observed through verbs on one host: with CMA the
@@ -529,6 +529,65 @@ static void test_destroy_qp_waits_for_its_async_event_ack(void **state)
 		l.b = ibv_create_qp(l.res->pd, &attr);
 		assert_non_null(l.b);
 	}
+	loop_close(&l, true);
+}
+
+static int destroy_srq(void *o) { return ibv_destroy_srq(o); }
+
+/* ibv_destroy_srq with its IBV_EVENT_SRQ_LIMIT_REACHED read and not acknowledged. */
+static void test_destroy_srq_waits_for_its_async_event_ack(void **state)
+{
+	struct destroyer d = { .destroy = destroy_srq };
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq_attr lim = { .srq_limit = 3 };
+	struct ibv_async_event ev;
+	struct ibv_srq *srq;
+	struct ibv_qp *rq;
+	struct tu_conn c;
+	struct loop l;
+
+	(void)state;
+	loop_open(&l, IBV_QPT_UC, 0, 8192, NULL);
+	srq = ibv_create_srq(l.res->pd, &sa);
+	assert_non_null(srq);
+	/* A UC QP receiving through the SRQ, connected to l.a (l.b stays unused). */
+	{
+		struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_UC, .send_cq = l.cq,
+					       .recv_cq = l.cq, .srq = srq,
+					       .cap = { .max_send_wr = 1, .max_send_sge = 1 } };
+		struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
+
+		rq = ibv_create_qp(l.res->pd, &qa);
+		assert_non_null(rq);
+		tu_conn_init(&c, l.res, l.a->qp_num);
+		assert_int_equal(tu_qp_connect(rq, &c, IBV_QPS_RTS), 0);
+		assert_int_equal(ibv_modify_qp(l.a, &reset, IBV_QP_STATE), 0);
+		tu_conn_init(&c, l.res, rq->qp_num);
+		assert_int_equal(tu_qp_connect(l.a, &c, IBV_QPS_RTS), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		struct ibv_sge sge = { (uintptr_t)l.buf + 4096, 64, l.mr->lkey };
+		struct ibv_recv_wr wr = { .wr_id = 50 + (uint64_t)i, .sg_list = &sge,
+					  .num_sge = 1 }, *bad;
+
+		assert_int_equal(ibv_post_srq_recv(srq, &wr, &bad), 0);
+	}
+	assert_int_equal(ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT), 0);
+	for (int i = 0; i < 2; i++) {
+		struct ibv_sge sge = { (uintptr_t)l.buf, 64, l.mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = 1 + (uint64_t)i, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+
+		post_send(l.a, &wr);
+		expect_wc(l.cq, 1 + (uint64_t)i, IBV_WC_SUCCESS, NULL, "a UC SEND");
+		expect_wc(l.cq, 50 + (uint64_t)i, IBV_WC_SUCCESS, NULL, "its receive (SRQ)");
+	}
+	get_async(l.res->ctx, &ev, false, "an SRQ below its limit");
+	tp_expect_eq(ev.event_type, IBV_EVENT_SRQ_LIMIT_REACHED, "event type", "SRQ limit");
+	assert_ptr_equal(ev.element.srq, srq);
+	assert_int_equal(ibv_destroy_qp(rq), 0);
+	d.obj = srq;
+	destroy_across_ack(&d, ack_async, &ev, "ibv_destroy_srq (SRQ_LIMIT_REACHED unacknowledged)");
 	loop_close(&l, true);
 }
 
@@ -1213,6 +1272,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_destroy_cq_waits_for_its_completion_event_ack),
 		cmocka_unit_test(test_destroy_cq_waits_for_its_async_event_ack),
 		cmocka_unit_test(test_destroy_qp_waits_for_its_async_event_ack),
+		cmocka_unit_test(test_destroy_srq_waits_for_its_async_event_ack),
 		cmocka_unit_test(test_more_reads_and_atomics_than_max_rd_atomic_are_held_back),
 		cmocka_unit_test(test_sends_around_shm_inline_max_arrive),
 		cmocka_unit_test(test_attach_answer_well_shaped_is_mapped),
