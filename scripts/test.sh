@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: the normal build (every test), an ASan+UBSan build
-# (unit, verbs and rdmacm tests), a TSan build (the data-path and connection manager
-# tests, and the copy-assist protocol's threaded unit test), and a clang build (must
-# compile warning-free).
+# (unit, verbs and rdmacm tests), a TSan build (the data-path tests in both copy modes,
+# the claims and connection manager tests, and the copy-assist protocol's threaded unit
+# test), and a clang build (must compile warning-free).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,9 +20,12 @@ echo "== TSan build: the progress engine and the CM thread under the two-process
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSV_SANITIZE=thread >/dev/null
 cmake --build build-tsan -j"$(nproc)"
 # die_after_fork=0: the tests fork their peer processes, which start threads. The bounce
-# variants move 1 MiB messages through the fifos: too slow under TSan for their timeouts.
+# variants run too (the bounce copy's application side is not recorded under TSan:
+# src/wire/shm/shm_fifo.c). Not the silent-peer test: it only waits 30 s for a timeout.
+# Two at a time: 107 s instead of 212 on an idle machine.
 (cd build-tsan && TSAN_OPTIONS="die_after_fork=0 halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
-  ctest --output-on-failure -R 'verbs_test_data_|rdmacm_|unit_test_assist' -E '_bounce')
+  ctest --output-on-failure -j2 -R 'verbs_test_data_|verbs_test_claims|rdmacm_|unit_test_assist' \
+  -E '_silent_peer')
 
 echo "== clang build"
 CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -65,7 +65,9 @@
 
 #define CHILD_FLAG "--cm-robust-child"
 #define WAIT_MS 5000        /* every wait for an event, a message or a completion */
-#define PROMPT_MS 2000      /* a listener drops a connection that sent garbage this soon */
+#define PROMPT_MS 4000      /* a listener drops a connection that sent garbage this soon
+			     * (at once: 4 s is what a loaded machine keeps, and still
+			     * before the 5 s a silent one is given) */
 #define SILENT_MIN_MS 4000  /* ... and one that sent nothing (or too little) not before */
 #define SILENT_MAX_MS 10000 /* ... nor after (the library's limit is 5 s) */
 #define MAX_PENDING 256     /* silent connections a listener keeps */
@@ -85,6 +87,35 @@
 #ifndef RB_HAS_ASAN
 #define RB_HAS_ASAN 0
 #endif
+#if defined(__SANITIZE_ADDRESS__) || RB_HAS_ASAN
+#define RB_ASAN 1
+#else
+#define RB_ASAN 0
+#endif
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) && !defined(__SANITIZE_THREAD__)
+#define __SANITIZE_THREAD__ 1
+#endif
+#endif
+#if RB_ASAN || defined(__SANITIZE_THREAD__)
+#define RB_SANITIZER_MALLOC 1
+/* The sanitizer allocator's count of live bytes (the runtime exports it; gcc installs
+ * no <sanitizer/allocator_interface.h> to declare it). */
+size_t __sanitizer_get_current_allocated_bytes(void);
+#else
+#define RB_SANITIZER_MALLOC 0
+#endif
+
+/* Bytes the application has malloc'd and not freed: ASan's and TSan's allocators count
+ * them themselves (glibc's mallinfo2 reads 0 there); elsewhere glibc's count. */
+static size_t malloc_in_use(void)
+{
+#if RB_SANITIZER_MALLOC
+	return __sanitizer_get_current_allocated_bytes();
+#else
+	return mallinfo2().uordblks;
+#endif
+}
 
 /* ---- small things ------------------------------------------------------------------- */
 
@@ -767,8 +798,11 @@ static void test_connect_no_listener_rc_rejected(void **state)
 	ev = expect_event(fx->cch, RDMA_CM_EVENT_REJECTED, 8, fx->client,
 			  "RC connect to a port nobody listens on");
 	assert_int_equal(rdma_ack_cm_event(ev), 0);
-	if (now_ms() - t0 > 2000)
-		fail_msg("the refusal took %lld ms", now_ms() - t0);
+	/* docs/conformance.md: a refused connect is retried for 250 ms first (a listener
+	 * may be a moment away); 10 s is a bound a loaded machine keeps. */
+	if (now_ms() - t0 < 250 || now_ms() - t0 > 10000)
+		fail_msg("the refusal took %lld ms (want 250 ms of retries, at most 10 s)",
+			 now_ms() - t0);
 	/* librdmacm moves the QP of a rejected connection to ERR. */
 	assert_int_equal(ibv_query_qp(fx->client->qp, &qa, IBV_QP_STATE, &qia), 0);
 	assert_int_equal(qa.qp_state, IBV_QPS_ERR);
@@ -2136,7 +2170,7 @@ static void cycle(int i)
 
 static void test_connect_disconnect_1000_cycles(void **state)
 {
-	struct mallinfo2 m0, m1;
+	size_t m0, m1;
 	long rss0, rss1;
 	int fd0, fd1;
 	long long t0, ms;
@@ -2148,26 +2182,27 @@ static void test_connect_disconnect_1000_cycles(void **state)
 		cycle(i);
 	fd0 = count_fds();
 	rss0 = vm_rss_kib();
-	m0 = mallinfo2();
+	m0 = malloc_in_use();
 	t0 = now_ms();
 	for (int i = 0; i < CYCLES; i++)
 		cycle(WARMUP + i);
 	ms = now_ms() - t0;
 	fd1 = count_fds();
 	rss1 = vm_rss_kib();
-	m1 = mallinfo2();
+	m1 = malloc_in_use();
 	print_message("    %d connect/disconnect cycles in %lld ms (%.1f us each)\n", CYCLES, ms,
 		      ms * 1000.0 / CYCLES);
 	print_message("    fds %d -> %d; VmRSS %ld -> %ld KiB; malloc in use %zu -> %zu bytes\n",
-		      fd0, fd1, rss0, rss1, m0.uordblks, m1.uordblks);
+		      fd0, fd1, rss0, rss1, m0, m1);
 	if (fd1 > fd0 + 2)
 		fail_msg("%d more fds after %d cycles", fd1 - fd0, CYCLES);
 	/* A leak of one small object per cycle would show as 100 KiB and more. */
-	if (m0.uordblks && m1.uordblks > m0.uordblks + 64 * 1024)
-		fail_msg("malloc'd memory grew by %zu bytes over %d cycles",
-			 m1.uordblks - m0.uordblks, CYCLES);
-	/* ASan's quarantine holds freed memory: RSS grows by design there. */
-#if !defined(__SANITIZE_ADDRESS__) && !RB_HAS_ASAN
+	assert_true(m0 > 0); /* the count is read (under ASan too), not a 0 compared to 0 */
+	if (m1 > m0 + 64 * 1024)
+		fail_msg("malloc'd memory grew by %zu bytes over %d cycles", m1 - m0, CYCLES);
+	/* ASan's quarantine holds freed memory: RSS grows by design there, so under ASan
+	 * only the allocator's own count above says whether memory leaks. */
+#if !RB_ASAN
 	if (rss1 > rss0 + 4096)
 		fail_msg("VmRSS grew by %ld KiB over %d cycles", rss1 - rss0, CYCLES);
 #endif

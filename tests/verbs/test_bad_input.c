@@ -882,7 +882,10 @@ static void test_query_gid_pkey_port_answer_for_port_1_and_table_indexes_only(vo
 /* ---- ibv_post_send ------------------------------------------------------------------ */
 
 #define POST_ROUNDS 150 /* per type and state */
-#define POST_MAX_MS 500 /* a post only queues work: it never waits for a peer */
+/* A post only queues work: it never waits for a peer. The peer here never answers an
+ * RNR-bound SEND, so a post that waited would wait forever; 5 s catches that and holds
+ * on a loaded machine (a post takes microseconds). */
+#define POST_MAX_MS 5000
 #define POST_MAX_STALLS 1 /* then the type's rounds stop, to keep the test short */
 #define CHAIN_MAX 4
 #define SGE_MAX 64

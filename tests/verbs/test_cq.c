@@ -444,6 +444,20 @@ static void test_cq_ex_start_poll_empty_is_enoent(void **state)
 	assert_int_equal(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)), 0);
 }
 
+/* The device clock in its units (ns: hca_core_clock is 1,000,000 kHz), from
+ * ibv_query_rt_values_ex. */
+static uint64_t device_clock(struct ibv_context *ctx)
+{
+	struct ibv_device_attr_ex da;
+	struct ibv_values_ex v = { .comp_mask = IBV_VALUES_MASK_RAW_CLOCK };
+
+	assert_int_equal(ibv_query_device_ex(ctx, NULL, &da), 0);
+	assert_int_equal(da.hca_core_clock, 1000000);
+	assert_int_equal(ibv_query_rt_values_ex(ctx, &v), 0);
+	assert_true(v.comp_mask & IBV_VALUES_MASK_RAW_CLOCK);
+	return (uint64_t)v.raw_clock.tv_sec * 1000000000ull + (uint64_t)v.raw_clock.tv_nsec;
+}
+
 /* Flushed receives read through start_poll/next_poll/end_poll and the read_* calls. */
 static void test_cq_ex_reads_flushed_completions(void **state)
 {
@@ -453,13 +467,14 @@ static void test_cq_ex_reads_flushed_completions(void **state)
 					    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP);
 	struct ibv_poll_cq_attr attr = { .comp_mask = 0 };
 	struct flusher f;
-	uint64_t ts1, ts2;
+	uint64_t ts1, ts2, t0, t1;
 
 	assert_non_null(cq);
 	assert_true(ibv_cq_ex_to_cq(cq)->cqe >= 16);
 	assert_ptr_equal(ibv_cq_ex_to_cq(cq)->context, res->ctx);
 	flusher_init(&f, res, ibv_cq_ex_to_cq(cq), ibv_cq_ex_to_cq(cq));
 	flusher_post(&f, 0xabc0, 2);
+	t0 = device_clock(res->ctx);
 	flusher_flush(&f);
 
 	assert_int_equal(start_poll_within(cq, WAIT_MS), 0);
@@ -483,7 +498,13 @@ static void test_cq_ex_reads_flushed_completions(void **state)
 	assert_int_equal(cq->status, IBV_WC_WR_FLUSH_ERR);
 	assert_int_equal(ibv_wc_read_qp_num(cq), f.qp->qp_num);
 	ts2 = ibv_wc_read_completion_ts(cq);
-	assert_true(ts2 >= ts1);
+	t1 = device_clock(res->ctx);
+	/* Timestamps are the device clock (ibv_query_rt_values_ex's raw clock) when each
+	 * completion was made: between the readings around the flush, in order. */
+	if (!ts1 || ts1 < t0 || ts2 < ts1 || ts2 > t1)
+		fail_msg("completion timestamps %llu, %llu: want t0 %llu <= ts1 <= ts2 <= t1 %llu",
+			 (unsigned long long)ts1, (unsigned long long)ts2,
+			 (unsigned long long)t0, (unsigned long long)t1);
 	assert_int_equal(ibv_next_poll(cq), ENOENT);
 	ibv_end_poll(cq);
 

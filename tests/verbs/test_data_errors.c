@@ -367,8 +367,10 @@ static void test_nothing_executes_after_a_failed_write(void **state)
 
 /* ---- a peer that goes away ----------------------------------------------------------------- */
 
-/* SIGKILL: every QP connected to the dead process enters Error within 1 s, with
- * IBV_EVENT_QP_FATAL and its WRs flushed, while this process only waits on its async fd. */
+/* SIGKILL: every QP connected to the dead process enters Error, with IBV_EVENT_QP_FATAL
+ * and its WRs flushed, while this process only waits on its async fd. On an idle machine
+ * that takes milliseconds (the time is printed); the test allows 10 s, which a loaded
+ * 2-vCPU machine keeps, and which still fails a death nobody notices. */
 static void test_peer_killed(void **state)
 {
 	struct tp_pair *x = rc_pair(state);
@@ -391,17 +393,16 @@ static void test_peer_killed(void **state)
 	t0 = tu_now_ms();
 	tp_kill(&x->peer);
 	while (!(fatal[0] && fatal[1])) {
-		long long left = 2000 - (tu_now_ms() - t0);
+		long long left = 10000 - (tu_now_ms() - t0);
 
 		if (left <= 0 || !tp_wait_async(x->ep.res->ctx, IBV_EVENT_QP_FATAL, (int)left, &ev))
-			fail_msg("IBV_EVENT_QP_FATAL for %s QP not within 2 s of the peer's SIGKILL",
+			fail_msg("IBV_EVENT_QP_FATAL for %s QP not within 10 s of the peer's SIGKILL",
 				 fatal[0] ? "the idle" : "the busy");
 		fatal[0] |= ev.element.qp == x->ep.qp[busy];
 		fatal[1] |= ev.element.qp == x->ep.qp[idle];
 	}
 	dt = tu_now_ms() - t0;
-	if (dt > 1000)
-		fail_msg("IBV_EVENT_QP_FATAL came %lld ms after the peer's SIGKILL (> 1 s)", dt);
+	print_message("    IBV_EVENT_QP_FATAL on both QPs %lld ms after the peer's SIGKILL\n", dt);
 	tp_expect_eq(tu_query_state(x->ep.qp[busy]), IBV_QPS_ERR, "state", "after QP_FATAL");
 	tp_expect_eq(tu_query_state(x->ep.qp[idle]), IBV_QPS_ERR, "state", "idle QP after QP_FATAL");
 	tp_expect_wc(x->ep.scq, 1, IBV_WC_WR_FLUSH_ERR, W, NULL);
@@ -431,7 +432,9 @@ static void test_peer_destroys_its_qp(void **state)
 	later = x->lq;
 	assert_int_equal(tp_ep_post_recv(&x->ep, later, 20, &(struct tp_sge){ 4096, 64 }, 1), 0);
 	assert_int_equal(tp_destroy_qp(&x->peer, x->pq), 0);
-	/* No QP_FATAL (which a dead peer gives within 1 s), nothing flushed, still RTS. */
+	/* No QP_FATAL (a dead peer gives one at once), nothing flushed, still RTS. The
+	 * window is one check; the one after the next SEND's error is the other (by then
+	 * our side has handled the peer's destroy, and any event it raised is queued). */
 	if (tp_wait_async(x->ep.res->ctx, IBV_EVENT_QP_FATAL, 1200, NULL))
 		fail_msg("IBV_EVENT_QP_FATAL after the peer destroyed its QP cleanly");
 	tp_expect_no_wc(x->ep.rcq, 0, "receive after the peer destroyed its QP");
@@ -441,6 +444,8 @@ static void test_peer_destroys_its_qp(void **state)
 	w.wr_id = 2;
 	assert_int_equal(tp_ep_post_send(&x->ep, later, &w, 1, NULL), 0);
 	tp_expect_wc(x->ep.scq, 2, IBV_WC_RETRY_EXC_ERR, W, NULL);
+	if (tp_fd_ready(x->ep.res->ctx->async_fd))
+		fail_msg("an async event after the peer destroyed its QP cleanly (late)");
 	/* Error flushes the receive that waited (IBA 10.8.3.3). */
 	tp_expect_wc(x->ep.rcq, 20, IBV_WC_WR_FLUSH_ERR, W, NULL);
 	/* The agent itself is fine. */
@@ -711,8 +716,8 @@ static void test_rogue_peer_writes_garbage_into_our_fifo(void **state)
 	assert_int_equal(tp_scribble(&x->peer, x->li.qpn, TP_SCRIBBLE_EMPTY, 1, 0), 0);
 	/* The rogue rings no doorbell: our poll is what looks at the fifo. */
 	(void)tu_poll(x->ep.scq, 1, &wc, 50);
-	if (!tp_wait_async(x->ep.res->ctx, IBV_EVENT_QP_FATAL, 2000, &ev))
-		fail_msg("no IBV_EVENT_QP_FATAL within 2 s of a 0-slot message");
+	if (!tp_wait_async(x->ep.res->ctx, IBV_EVENT_QP_FATAL, 10000, &ev))
+		fail_msg("no IBV_EVENT_QP_FATAL within 10 s of a 0-slot message");
 	assert_ptr_equal(ev.element.qp, x->ep.qp[x->lq]);
 	tp_expect_eq(tu_query_state(x->ep.qp[x->lq]), IBV_QPS_ERR, "state", "after QP_FATAL");
 

@@ -74,7 +74,16 @@ static inline struct shm_slot *shm_fifo_slot(struct shm_fifo *f, uint64_t pos)
 	return &f->slots[pos & (SHM_FIFO_SLOTS - 1)];
 }
 
-/* Copies payload bytes into the slots after the header slot at @pos. */
+/*
+ * Copies between application memory (@app) and the library's own: memcpy. Under
+ * ThreadSanitizer only the library's side is recorded (shm_fifo.c says why), so a race
+ * on a ring slot or any of the library's memory stays reported.
+ */
+void shm_copy_from_app(void *dst, const void *app, size_t n);
+void shm_copy_to_app(void *app, const void *src, size_t n);
+
+/* Copies payload bytes into the slots after the header slot at @pos (from application
+ * memory or the library's: shm_copy_from_app). */
 void shm_fifo_put(struct shm_fifo *f, uint64_t pos, uint32_t off, const void *src, uint32_t len);
 
 /* Publishes the message at @pos. Returns true if the consumer must be woken. */
@@ -98,6 +107,7 @@ static inline struct shm_slot *shm_fifo_peek(struct shm_fifo *f, uint64_t *pos)
 	return s;
 }
 
+/* Copies payload bytes out of the message at @pos (shm_copy_to_app). */
 void shm_fifo_get(struct shm_fifo *f, uint64_t pos, uint32_t off, void *dst, uint32_t len);
 
 /* Frees the @n slots of the message at head. */
