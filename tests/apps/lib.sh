@@ -62,12 +62,14 @@ wait_listen() {
 
 # pair NAME PORT PROGRAM ARGS...: runs PROGRAM as server and as client to 127.0.0.1 on
 # softverbs, both bounded by a timeout; checks both exit 0. Output in $TMP/NAME.{srv,cli}.
+# The bound is 180 s: a busy-polling pair such as ib_send_lat -a takes ~5 s on an idle
+# machine and up to a minute beside two busy loops on two CPUs.
 pair() {
   local name=$1 port=$2; shift 2
-  timeout 60 "$SV" run "$@" >"$TMP/$name.srv" 2>&1 &
+  timeout 180 "$SV" run "$@" >"$TMP/$name.srv" 2>&1 &
   local srv=$!
   wait_listen "$port" $srv
-  timeout 60 "$SV" run "$@" 127.0.0.1 >"$TMP/$name.cli" 2>&1
+  timeout 180 "$SV" run "$@" 127.0.0.1 >"$TMP/$name.cli" 2>&1
   local crc=$?
   wait $srv
   local src=$?
