@@ -293,7 +293,7 @@ void sv_qp_data_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state
 
 void sv_qp_settle_locked(struct sv_qp *qp)
 {
-	int ev = atomic_exchange(&qp->err_event, -1);
+	int ev = atomic_load(&qp->err_event);
 	enum ibv_qp_state cur = qp->attr.qp_state;
 
 	if (ev < 0)
@@ -306,15 +306,21 @@ void sv_qp_settle_locked(struct sv_qp *qp)
 			sv_qp_flush_sq_locked(qp);
 			pthread_spin_unlock(&qp->sq.lock);
 		}
-		return;
-	}
-	if (cur != IBV_QPS_ERR && cur != IBV_QPS_RESET) {
+	} else if (cur != IBV_QPS_ERR && cur != IBV_QPS_RESET) {
 		sv_qp_set_state(qp, IBV_QPS_ERR);
 		sv_qp_data_state(qp, cur, IBV_QPS_ERR);
 		if (ev != SV_ERR_NO_EVENT)
 			sv_async_raise(sv_qp_ctx(qp), (enum ibv_event_type)ev, &qp->ibv.qp_base);
 		sv_dbg("qp %u %s -> ERR (event %d)", qp->ibv.qp_base.qp_num, sv_qp_state_name[cur], ev);
 	}
+	/*
+	 * Cleared only once the new state is published: a responder consuming on another
+	 * thread that finds it clear then finds the state (rx_one reads them in that order).
+	 * Cleared first, a request after a refused one could find neither, be executed and
+	 * acknowledged (test_tiny_writes_with_a_bad_rkey_midway: a WRITE after the refused
+	 * one completed successfully). An error asked for meanwhile stays pending.
+	 */
+	atomic_compare_exchange_strong(&qp->err_event, &ev, -1);
 }
 
 void sv_qp_settle(struct sv_qp *qp)

@@ -527,7 +527,10 @@ static enum rx_result rx_xrc(struct sv_qp *qp, const struct shm_msg *m, uint64_t
 
 static enum rx_result rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 {
-	/* The published state: modify_qp may change it while we consume. */
+	/* An error being entered, then the published state (modify_qp may change it while we
+	 * consume): in this order, as sv_qp_settle_locked publishes ERR before it clears the
+	 * pending error, so that one of the two always shows. */
+	bool failing = atomic_load(&qp->err_event) >= 0;
 	enum ibv_qp_state st = atomic_load_explicit(&qp->page->state, memory_order_acquire);
 
 	switch (m->op) {
@@ -550,7 +553,7 @@ static enum rx_result rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t
 	 * retransmit); a QP in error drops them. */
 	if (st == IBV_QPS_RESET || st == IBV_QPS_INIT)
 		return RX_HOLD;
-	if (st == IBV_QPS_ERR || atomic_load(&qp->err_event) >= 0)
+	if (st == IBV_QPS_ERR || failing)
 		return RX_CONSUMED;
 	if (qp->ibv.qp_base.qp_type != IBV_QPT_UD && m->src_qpn != qp->attr.dest_qp_num)
 		return RX_CONSUMED; /* not from the QP we are connected to */
