@@ -7,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/sv_time.h"
+
 static uint32_t ring_size_for(uint32_t cqe)
 {
 	uint32_t p = 1;
@@ -35,14 +37,6 @@ void sv_cq_fini(struct sv_cq *cq)
 	cq->ring = NULL;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 {
 	struct sv_comp_channel *notify = NULL;
@@ -62,7 +56,7 @@ int sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 	e->wc = *wc;
 	if (cq->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
 			    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK))
-		e->ts = now_ns();
+		e->ts = sv_now_ns();
 	cq->head++;
 	/* IBA 11.4.2.2: a solicited-only arm fires on solicited and on error completions. */
 	if (cq->armed == 1 || (cq->armed == 2 && (solicited || wc->status != IBV_WC_SUCCESS))) {

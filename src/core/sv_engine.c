@@ -23,6 +23,7 @@
 #include "core/sv_qp_data.h"
 #include "core/sv_qpn.h"
 #include "util/sv_log.h"
+#include "util/sv_time.h"
 
 _Atomic uint64_t sv_engine_polls;
 _Atomic uint32_t sv_engine_look = 1;
@@ -72,7 +73,6 @@ static struct {
 
 static void *progress_main(void *arg);
 static void serve_sockets(int timeout);
-static uint64_t sv_engine_now_ns(void);
 
 /* Set in the progress thread: it must keep answering attach requests while it waits
  * for an answer of its own (sv_engine_connect). */
@@ -301,10 +301,10 @@ static int sock_connect_qpn(uint32_t qpn)
 static int await_answer(int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN };
-	uint64_t end = sv_engine_now_ns() + ATTACH_WAIT_MS * 1000000ull;
+	uint64_t end = sv_now_ns() + ATTACH_WAIT_MS * 1000000ull;
 
 	for (;;) {
-		uint64_t now = sv_engine_now_ns();
+		uint64_t now = sv_now_ns();
 		int n;
 
 		if (now >= end)
@@ -795,13 +795,6 @@ static void serve_sockets(int timeout)
 }
 #define SPIN_NS 50000ull  /* how long after its last work the thread keeps looking */
 
-static uint64_t sv_engine_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void *progress_main(void *arg)
 {
@@ -820,7 +813,7 @@ static void *progress_main(void *arg)
 		 * the application needs (one CPU for both: a quarter of the message rate) and
 		 * hold the locks its posts wait for. */
 		if (pass_all(busy ? PASS_WORK_UNPOLLED : PASS_WORK, &timed)) {
-			last_work = sv_engine_now_ns();
+			last_work = sv_now_ns();
 			/* Peers attaching and hanging up are answered promptly. */
 			if (last_work - last_sockets > SOCKETS_NS) {
 				last_sockets = last_work;
@@ -829,7 +822,7 @@ static void *progress_main(void *arg)
 			continue;
 		}
 		/* Busy polling is judged over a millisecond at least, not between two looks. */
-		now = sv_engine_now_ns();
+		now = sv_now_ns();
 		if (now - seen_at >= BUSY_WINDOW_NS) {
 			polls = atomic_load_explicit(&sv_engine_polls, memory_order_relaxed);
 			busy = polls - seen > BUSY_POLLS;
@@ -853,7 +846,7 @@ static void *progress_main(void *arg)
 		timeout = busy || timed ? 1 : -1;
 		serve_sockets(timeout);
 		pass_all(PASS_DISARM, &timed);
-		last_sockets = sv_engine_now_ns();
+		last_sockets = sv_now_ns();
 	}
 	return NULL;
 }

@@ -15,6 +15,7 @@
 #include "core/sv_obj.h"
 #include "core/sv_qp_data.h"
 #include "core/sv_qp_table.h"
+#include "util/sv_time.h"
 
 enum {
 	SV_INLINE_MAX = 32768,     /* larger SENDs: pulled by the responder (docs/performance.md) */
@@ -46,14 +47,6 @@ struct sv_ud_dests {
 	int n;
 	struct sv_peer *peer[SV_UD_MAX_DESTS];
 };
-
-static inline uint64_t sv_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* msn order with wrap-around. */
 static inline bool sv_msn_le(uint32_t a, uint32_t b)
