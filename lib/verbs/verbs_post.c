@@ -216,7 +216,10 @@ int sv_verbs_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_r
 	if (qp->attr.qp_state == IBV_QPS_ERR)
 		sv_qp_flush_rq_locked(qp);
 	pthread_spin_unlock(&qp->rq.lock);
-	sv_qp_recv_posted(qp);
+	/* A message held for want of a receive may go on now: wake the progress thread (a
+	 * system call only in this case: the sender is waiting on RNR). */
+	if (sv_qp_recv_awaited(qp))
+		sv_engine_kick();
 	if (err && bad)
 		*bad = wr;
 	return err;

@@ -5,6 +5,7 @@
 #include "core/sv_qp_table.h"
 #include "core/sv_engine.h"
 #include "core/sv_qp_data.h"
+#include "wire/sv_wires.h"
 #include "verbs.h"
 
 enum {
@@ -106,7 +107,6 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 {
 	struct sv_context *ctx;
 	struct sv_qp *qp;
-	uint32_t qpn;
 	int err;
 
 	if (!context || !attr)
@@ -163,15 +163,14 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 	ib->send_cq = qp->scq ? attr->send_cq : NULL;
 	ib->recv_cq = has_recv_side(attr) ? attr->recv_cq : NULL;
 	ib->srq = qp->srq ? attr->srq : NULL;
-	err = -sv_qp_data_init(qp);
+	/* From here peers can attach (the wire gives the QP its number): everything they
+	 * read is set above. */
+	err = -sv_qp_data_init(qp, sv_wire_for_qp());
 	if (err)
 		goto err_rq;
-	/* From here peers can attach: everything they read is set above. */
-	err = -sv_engine_add_qp(qp, &qpn);
+	err = -sv_engine_add_qp(qp);
 	if (err)
 		goto err_data;
-	ib->handle = qpn;
-	ib->qp_num = qpn;
 	ib->state = IBV_QPS_RESET;
 	pthread_mutex_init(&ib->mutex, NULL);
 	pthread_cond_init(&ib->cond, NULL);
@@ -199,7 +198,7 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 	}
 	if (qp->srq)
 		atomic_fetch_add(&qp->srq->usecnt, 1);
-	sv_dbg("qp %u created (type %d)", qpn, attr->qp_type);
+	sv_dbg("qp %u created (type %d)", ib->qp_num, attr->qp_type);
 	return ib;
 
 err_data:

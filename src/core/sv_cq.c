@@ -212,3 +212,39 @@ void sv_chan_forget(struct sv_comp_channel *chan, struct sv_cq *cq)
 	}
 	pthread_mutex_unlock(&chan->lock);
 }
+
+/* --- the QPs whose work poll_cq moves ---------------------------------------------------- */
+
+int sv_cq_attach_qp(struct sv_cq *cq, struct sv_qp *qp)
+{
+	int err = 0;
+
+	sv_spin_lock(&cq->qps_lock);
+	if (cq->n_qps == cq->cap_qps) {
+		int cap = cq->cap_qps ? 2 * cq->cap_qps : 4;
+		struct sv_qp **q = realloc(cq->qps, (size_t)cap * sizeof(*q));
+
+		if (q) {
+			cq->qps = q;
+			cq->cap_qps = cap;
+		} else {
+			err = -ENOMEM;
+		}
+	}
+	if (!err)
+		cq->qps[cq->n_qps++] = qp;
+	pthread_spin_unlock(&cq->qps_lock);
+	return err;
+}
+
+void sv_cq_detach_qp(struct sv_cq *cq, struct sv_qp *qp)
+{
+	sv_spin_lock(&cq->qps_lock);
+	for (int i = 0; i < cq->n_qps; i++) {
+		if (cq->qps[i] == qp) {
+			cq->qps[i] = cq->qps[--cq->n_qps];
+			break;
+		}
+	}
+	pthread_spin_unlock(&cq->qps_lock);
+}

@@ -39,4 +39,8 @@ struct sv_cq *sv_chan_take(struct sv_comp_channel *chan);
 /* Forgets every undelivered event of @cq (the CQ is being destroyed). */
 void sv_chan_forget(struct sv_comp_channel *chan, struct sv_cq *cq);
 
+/* The QPs whose work poll_cq moves (sv_cq_progress): 0 or -ENOMEM. */
+int sv_cq_attach_qp(struct sv_cq *cq, struct sv_qp *qp);
+void sv_cq_detach_qp(struct sv_cq *cq, struct sv_qp *qp);
+
 #endif

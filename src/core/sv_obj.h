@@ -25,8 +25,8 @@
 #include "core/sv_mr.h"
 #include "core/sv_mcast.h"
 #include "core/sv_wq.h"
+#include "core/sv_wire.h"
 #include "core/sv_xrcd.h"
-#include "wire/shm/shm_msg.h"
 
 #define sv_container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -170,6 +170,20 @@ struct sv_rx_dst {
 	uint32_t pd;            /* the PD handle they check against */
 };
 
+/*
+ * A QP's attributes as its wire and its responder read them without qp->lock (written
+ * under it, by sv_qp_data_publish; modify_qp may change them while a request is being
+ * handled).
+ */
+struct sv_qp_pub {
+	_Atomic uint32_t state;   /* enum ibv_qp_state */
+	_Atomic uint32_t access;  /* qp_access_flags */
+	_Atomic uint32_t qkey;
+	_Atomic uint32_t dest_qpn;
+	_Atomic uint32_t min_rnr_timer;
+	_Atomic uint32_t pkey;    /* the P_Key its pkey_index names (0: none yet) */
+};
+
 /* How a message's payload crossed to or from the peer (softverbs_query_qp). */
 enum { SV_COPY_NONE, SV_COPY_CMA, SV_COPY_BOUNCE };
 
@@ -214,55 +228,47 @@ struct sv_qp {
 	uint32_t wr_pending;
 	int wr_err;
 
-	/* --- the data path (src/core/sv_qp_data.c) --- */
+	/* --- the data path (src/core/sv_qp.c, sv_req.c, sv_comp.c, sv_resp.c) --- */
+	const struct sv_wire_ops *wire; /* how messages reach the peer */
+	void *wire_qp;                /* the wire's state of this QP */
+	struct sv_qp_pub pub;         /* what the wire and the responder read without qp->lock */
 	atomic_int eng_ref;           /* pinned by a poller or the progress thread */
 	_Atomic uint32_t polled_look; /* sv_engine_look when a poller last moved it */
 	_Atomic uint32_t placed_look; /* ... when it last placed a peer's one-sided operation */
-	int seg_fd;                   /* memfd: our page for peers, then our inbound fifo */
-	void *seg;
-	size_t seg_len;
-	struct shm_qp_page *page;
-	struct shm_fifo *rx;
-	atomic_flag rx_busy;          /* one consumer of rx at a time */
-	/* requester, under sq.lock (peer also under rx_busy); the atomic flags are
-	 * written under the lock and read without it as hints (relaxed) */
-	struct sv_peer *peer;         /* RC/UC: the connected QP */
-	atomic_bool peer_local;       /* ... and it is a QP of this process */
+	atomic_flag rx_busy;          /* the responder: one consumer of what arrives at a time */
+	/* requester, under sq.lock (the atomic flags are written under the lock and read
+	 * without it as hints, relaxed) */
 	atomic_bool connect_pending;  /* in RTR or later, but the peer was not found yet */
 	bool want_connect;            /* transmit waits for an attach to want_qpn */
 	bool connecting;              /* a thread is attaching (sv_qp_tx_connect) */
 	uint32_t want_qpn;
-	bool ud_unreachable_valid;    /* UD: the last attach, to ud_unreachable, failed */
-	uint32_t ud_unreachable;
-	struct sv_ud_dests *ud_dests; /* UD: destinations met so far */
 	bool mc_valid;                /* UD: a multicast WQE at sq_next is being fanned out */
 	int mc_n, mc_next;            /* to mc_qpn[0..mc_n), sent to those before mc_next */
 	uint32_t mc_qpn[SV_MCAST_MEMBERS_MAX];
 	uint32_t sq_next;             /* next WQE to transmit, between sq.tail and sq.head */
 	uint32_t next_msn;
-	uint64_t tx_off;              /* bytes of the WQE at sq_next sent so far (in pieces) */
+	uint64_t tx_off;              /* bytes of the WQE at sq_next sent so far (in segments) */
 	bool tx_stopped;              /* a WR failed: transmit nothing more until RESET */
 	bool sq_failed;               /* an error completion was reported (until RESET) */
 	uint32_t rd_atomic_out;       /* READs and atomics waiting for their answer */
-	uint32_t fifo_writes_out;     /* WRITEs in the responder's fifo, not yet acknowledged */
-	atomic_bool tx_blocked;       /* the peer's fifo was full: try again later */
-	uint32_t assist_job;          /* copy assist: the job of the WQE at sq_next (0: none) */
-	uint64_t assist_deadline;     /* ns: a helper not done by then fails the WQE */
-	bool assist_helped;           /* the responder took part of our last job */
-	uint32_t assist_copies;       /* large copies so far (every few offer help anyway) */
+	uint32_t msg_writes_out;      /* WRITEs sent as messages, not yet acknowledged */
+	atomic_bool tx_blocked;       /* the wire was full or the peer not ready: try later */
+	atomic_bool tx_kick;          /* an answer freed what transmit waits for */
 	uint32_t rnr_msn;             /* the send an RNR NAK holds up */
 	_Atomic uint64_t rnr_deadline; /* ns; when its RNR retries run out (0: none) */
-	_Atomic int err_event;        /* -1, or the async event of an error to enter */
-	atomic_bool peer_left;        /* the peer said goodbye: let go of it when drained */
+	_Atomic int err_event;        /* SV_ERR_NONE, or the error to enter (sv_qp_fail) */
 	/* responder, under rx_busy */
 	struct sv_rx_dst rx_dst;      /* where the request at the head lands */
 	uint32_t ack_due, ack_sent;   /* the last msn handled / acknowledged */
+	bool resp_pending;            /* resp: an answer that found the wire full, owed */
+	struct sv_hdr resp;
 	atomic_bool rnr_held;         /* the message at the head waits for a receive */
-	atomic_bool rx_poisoned;      /* the peer broke the fifo's format: read no more (to RESET) */
 	uint32_t rnr_told;            /* msn whose RNR NAK was sent */
-	bool rx_active;               /* a SEND in pieces is being received into rx_recv */
+	bool rx_active;               /* a SEND in segments is being received into rx_recv */
 	struct sv_recv rx_recv;
 	uint64_t resp_off;            /* bytes of the READ at the head already answered */
+	uint64_t acc_lo, acc_hi;      /* pages found mapped during this poll (sv_resp_access) */
+	bool acc_write;               /* ... and writable */
 	struct sv_qp_counters cnt;
 };
 

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "core/sv_obj.h"
-#include "core/sv_qp_data.h"
+#include "core/sv_cq.h"
 
 struct sv_xrc_domain {
 	struct sv_xrc_domain *next; /* the process's domains with a file (under domains_lock) */

@@ -1,0 +1,218 @@
+/*
+ * The completer: matches what the responder answers (acknowledgements, NAKs, RNR NAKs,
+ * read and atomic responses) to the WQEs waiting for it, runs the RNR timer, and reports
+ * finished WQEs in the order they were posted (IBA 10.8).
+ */
+#include <string.h>
+
+#include "core/sv_cq.h"
+#include "core/sv_qp_priv.h"
+#include "util/sv_lock.h"
+
+/* Reports finished WQEs in order (IBA 10.8: completions in the order posted). */
+void sv_comp_complete_locked(struct sv_qp *qp)
+{
+	struct sv_wq *wq = &qp->sq;
+
+	while (wq->tail != qp->sq_next) {
+		struct sv_send_wqe *w = sv_wq_slot(wq, wq->tail);
+
+		if (w->state != SV_WQE_DONE)
+			break;
+		if (w->status != IBV_WC_SUCCESS || (w->send_flags & IBV_SEND_SIGNALED) ||
+		    qp->sq_sig_all) {
+			struct ibv_wc wc = {
+				.wr_id = w->wr_id,
+				.status = w->status,
+				.opcode = sv_wc_opcode_of(w->opcode),
+				.byte_len = w->byte_len,
+				.qp_num = qp->ibv.qp_base.qp_num,
+			};
+
+			sv_cq_push(qp->scq, &wc, false);
+		}
+		wq->tail++;
+		if (w->status != IBV_WC_SUCCESS) {
+			qp->sq_failed = true;
+			/* IBA 10.8.3.3: a completion error takes an RC QP to Error, a UC or UD
+			 * QP's send queue to SQ Error (10.3.1); what follows is flushed once the
+			 * state changes. */
+			sv_qp_fail(qp, sv_qp_type_reliable(qp->ibv.qp_base.qp_type) ? SV_ERR_QUIET
+											   : SV_ERR_SQE);
+			break;
+		}
+	}
+}
+
+/* Marks every WQE waiting for an answer up to @msn as done. Caller holds sq.lock. */
+static void acked_upto(struct sv_qp *qp, uint32_t msn)
+{
+	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
+
+		if (w->state != SV_WQE_WAIT)
+			continue;
+		if (!sv_msn_le(w->msn, msn))
+			break;
+		sv_wqe_done(w, IBV_WC_SUCCESS);
+		if (sv_wqe_reads(w))
+			qp->rd_atomic_out--;
+		else if (w->opcode == IBV_WR_RDMA_WRITE && qp->msg_writes_out)
+			qp->msg_writes_out--;
+	}
+	if (sv_hint(qp->rnr_deadline) && sv_msn_le(qp->rnr_msn, msn))
+		sv_set_hint(qp->rnr_deadline, 0);
+}
+
+static struct sv_send_wqe *waiting_wqe(struct sv_qp *qp, uint32_t msn)
+{
+	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
+
+		if (w->state == SV_WQE_WAIT && w->msn == msn)
+			return w;
+	}
+	return NULL;
+}
+
+/*
+ * The WQE a NAK for @msn is about: a message in segments carries the msn of its last
+ * segment, so it is the first waiting WQE at or after @msn — or the one still being
+ * sent in segments, which then stops there.
+ */
+static struct sv_send_wqe *nak_target(struct sv_qp *qp, uint32_t msn)
+{
+	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
+
+		if (w->state == SV_WQE_WAIT && sv_msn_le(msn, w->msn))
+			return w;
+	}
+	if (qp->sq_next != qp->sq.head && qp->tx_off) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, qp->sq_next++);
+
+		qp->tx_off = 0;
+		return w;
+	}
+	return NULL;
+}
+
+/* IBA 9.7.5.2.8: the RNR NAK timer encodings, in microseconds. */
+static const uint32_t rnr_timer_us[32] = {
+	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+	2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880,
+	163840, 245760, 327680, 491520,
+};
+
+/* A segment of the answer to a READ: into the WQE's buffers, checked again (the MR may
+ * have gone since the READ was sent). */
+static void read_resp(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p)
+{
+	struct sv_send_wqe *w = waiting_wqe(qp, h->msn);
+	struct iovec iov[SV_IOV_MAX], piece[SV_IOV_MAX];
+	uint64_t total;
+	int n, k;
+
+	if (!w || sv_wqe_sge_iov(qp, w, IBV_ACCESS_LOCAL_WRITE, iov, &n, &total) ||
+	    h->offset + h->len > total)
+		return;
+	k = sv_iov_slice(iov, n, h->offset, h->len, piece);
+	if (h->len && p->copy(p, 0, piece, k, h->len))
+		return;
+	if (h->flags & SV_F_LAST) {
+		acked_upto(qp, h->msn - 1);
+		sv_wqe_done(w, IBV_WC_SUCCESS);
+		qp->rd_atomic_out--;
+	}
+}
+
+void sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p)
+{
+	uint32_t st = atomic_load_explicit(&qp->pub.state, memory_order_acquire);
+	struct sv_send_wqe *w;
+
+	/* Answers matter to a QP that sends; after RESET or in Error there is nothing
+	 * they could answer. */
+	if (st != IBV_QPS_RTS && st != IBV_QPS_SQD)
+		return;
+	sv_spin_lock(&qp->sq.lock);
+	switch (h->op) {
+	case SV_OP_ACK:
+		acked_upto(qp, h->msn);
+		break;
+	case SV_OP_READ_RESP:
+		read_resp(qp, h, p);
+		break;
+	case SV_OP_ATOMIC_RESP:
+		w = waiting_wqe(qp, h->msn);
+		if (w && w->num_sge == 1) {
+			uint64_t va;
+
+			/* The original value lands in our buffer (checked at transmit). */
+			if (!sv_mr_check(sv_qp_ctx(qp)->mrs->slots, w->sge[0].lkey, qp->pd->handle,
+					 IBV_ACCESS_LOCAL_WRITE, w->sge[0].addr, 8, &va))
+				memcpy((void *)(uintptr_t)va, &h->value, 8);
+		}
+		acked_upto(qp, h->msn);
+		break;
+	case SV_OP_NAK:
+		acked_upto(qp, h->msn - 1);
+		w = nak_target(qp, h->msn);
+		if (w)
+			sv_wqe_done(w, (enum ibv_wc_status)h->status);
+		qp->tx_stopped = true;
+		break;
+	case SV_OP_RNR:
+		/* IBA 9.7.5.2.8: wait; after rnr_retry tries (7: forever) give up. */
+		if (qp->attr.rnr_retry != 7 && !sv_hint(qp->rnr_deadline)) {
+			uint32_t t = h->status < 32 ? rnr_timer_us[h->status] : rnr_timer_us[0];
+			uint64_t wait = (uint64_t)t * 1000 * (qp->attr.rnr_retry + 1u);
+
+			qp->rnr_msn = h->msn;
+			sv_set_hint(qp->rnr_deadline, sv_now_ns() + wait);
+		}
+		break;
+	default:
+		break;
+	}
+	sv_comp_complete_locked(qp);
+	/* An answer may free what a fenced WR or the max_rd_atomic limit waits for: the
+	 * QP's progress transmits next (sv_qp_progress). */
+	if (qp->sq_next != qp->sq.head)
+		sv_set_hint(qp->tx_kick, true);
+	pthread_spin_unlock(&qp->sq.lock);
+}
+
+int sv_comp_timers(struct sv_qp *qp)
+{
+	struct sv_send_wqe *w;
+
+	if (!sv_hint(qp->rnr_deadline) || sv_now_ns() < sv_hint(qp->rnr_deadline))
+		return 0;
+	/* IBA 9.7.5.2.8: the RNR retries ran out. */
+	w = waiting_wqe(qp, qp->rnr_msn);
+	sv_set_hint(qp->rnr_deadline, 0);
+	if (w) {
+		acked_upto(qp, w->msn - 1);
+		sv_wqe_done(w, IBV_WC_RNR_RETRY_EXC_ERR);
+		qp->wire->abandon(qp, w->msn);
+		sv_comp_complete_locked(qp);
+	}
+	return 1;
+}
+
+void sv_comp_peer_gone(struct sv_qp *qp)
+{
+	/* What still waits for an answer will never get one (IBA 9.7.5.1.1). */
+	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
+
+		if (w->state == SV_WQE_WAIT) {
+			/* Behind a WR whose error is already reported, the QP is on its way to
+			 * Error: what follows is flushed, not failed anew (IBA 10.8.3.3). */
+			sv_wqe_done(w, qp->sq_failed ? IBV_WC_WR_FLUSH_ERR : IBV_WC_RETRY_EXC_ERR);
+			break;
+		}
+	}
+	sv_comp_complete_locked(qp);
+}

@@ -1,0 +1,389 @@
+/*
+ * A QP's data path as a whole: set-up on its wire, the side effects of state changes
+ * (connect at RTR, flush at Error, drain at RESET), errors entered later with the QP's
+ * lock (settle), and progress: what arrived, blocked transmits, timers.
+ */
+#include "core/sv_qp_priv.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "core/sv_cq.h"
+#include "core/sv_look.h"
+#include "util/sv_lock.h"
+#include "util/sv_log.h"
+
+int sv_qp_data_init(struct sv_qp *qp, const struct sv_wire_ops *wire)
+{
+	uint32_t qpn = 0;
+	int err;
+
+	qp->wire = wire;
+	/* An XRC target has no PD: requests name an SRQ, whose PD applies (sv_resp.c). */
+	if (qp->pd)
+		qp->rx_dst = (struct sv_rx_dst){
+			.srq = qp->srq,
+			.wq = qp->srq ? &qp->srq->rq : &qp->rq,
+			.cq = qp->rcq,
+			.ctx = sv_qp_ctx(qp),
+			.pd = qp->pd->handle,
+		};
+	atomic_flag_clear(&qp->rx_busy);
+	atomic_init(&qp->err_event, SV_ERR_NONE);
+	/* From here peers can find the QP: everything they read is set above. */
+	err = wire->qp_init(qp, &qpn);
+	if (err)
+		return err;
+	qp->ibv.qp_base.qp_num = qpn;
+	qp->ibv.qp_base.handle = qpn;
+	return 0;
+}
+
+static void drop_peers(struct sv_qp *qp)
+{
+	sv_rx_lock(qp);
+	sv_spin_lock(&qp->sq.lock);
+	if (qp->wire->direct_abandon)
+		qp->wire->direct_abandon(qp);
+	sv_set_hint(qp->connect_pending, false);
+	qp->want_connect = false;
+	pthread_spin_unlock(&qp->sq.lock);
+	sv_rx_unlock(qp);
+	qp->wire->disconnect(qp);
+}
+
+void sv_qp_data_fini(struct sv_qp *qp)
+{
+	drop_peers(qp);
+	qp->wire->qp_fini(qp);
+}
+
+void sv_qp_data_publish(struct sv_qp *qp)
+{
+	struct sv_qp_pub *p = &qp->pub;
+
+	atomic_store(&p->access, qp->attr.qp_access_flags);
+	atomic_store(&p->qkey, qp->attr.qkey);
+	atomic_store(&p->min_rnr_timer, qp->attr.min_rnr_timer);
+	atomic_store(&p->dest_qpn, qp->attr.dest_qp_num);
+	atomic_store(&p->pkey, sv_qp_pkey(qp));
+	atomic_store(&p->state, qp->attr.qp_state);
+	qp->wire->publish(qp);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* state changes, flush                                                                     */
+
+enum ibv_wc_opcode sv_wc_opcode_of(uint32_t wr_opcode)
+{
+	switch (wr_opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+	case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+	case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
+	case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+	case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
+	case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
+	default: return IBV_WC_SEND;
+	}
+}
+
+void sv_qp_flush_sq_locked(struct sv_qp *qp)
+{
+	struct sv_wq *wq = &qp->sq;
+
+	for (; wq->tail != wq->head; wq->tail++) {
+		struct sv_send_wqe *wqe = sv_wq_slot(wq, wq->tail);
+		struct ibv_wc wc = {
+			.wr_id = wqe->wr_id,
+			.status = IBV_WC_WR_FLUSH_ERR,
+			.opcode = sv_wc_opcode_of(wqe->opcode),
+			.qp_num = qp->ibv.qp_base.qp_num,
+		};
+
+		/* An error always completes, signaled or not (IBA 10.8.3.3). */
+		sv_cq_push(qp->scq, &wc, false);
+	}
+	if (qp->wire->direct_abandon)
+		qp->wire->direct_abandon(qp);
+	qp->sq_next = wq->head;
+	qp->tx_off = 0;
+	qp->mc_valid = false;
+	qp->tx_stopped = false; /* nothing is left to hold back (SQE -> RTS may follow) */
+	qp->rd_atomic_out = 0;
+	qp->msg_writes_out = 0;
+	sv_set_hint(qp->rnr_deadline, 0);
+}
+
+void sv_qp_flush_rq_locked(struct sv_qp *qp)
+{
+	struct sv_wq *wq = &qp->rq;
+
+	for (; wq->tail != wq->head; wq->tail++) {
+		struct sv_recv_wqe *wqe = sv_wq_slot(wq, wq->tail);
+		struct ibv_wc wc = {
+			.wr_id = wqe->wr_id,
+			.status = IBV_WC_WR_FLUSH_ERR,
+			.opcode = IBV_WC_RECV,
+			.qp_num = qp->ibv.qp_base.qp_num,
+		};
+
+		sv_cq_push(qp->rcq, &wc, false);
+	}
+}
+
+void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state)
+{
+	sv_spin_lock(&qp->sq.lock);
+	sv_spin_lock(&qp->rq.lock);
+	qp->attr.qp_state = state;
+	qp->ibv.qp_base.state = state;
+	pthread_spin_unlock(&qp->rq.lock);
+	pthread_spin_unlock(&qp->sq.lock);
+	atomic_store(&qp->pub.state, state);
+	qp->wire->publish(qp);
+}
+
+static void qp_drain(struct sv_qp *qp)
+{
+	sv_spin_lock(&qp->sq.lock);
+	sv_wq_reset(&qp->sq);
+	qp->sq_next = 0;
+	qp->tx_off = 0;
+	qp->mc_valid = false;
+	qp->tx_stopped = false;
+	qp->sq_failed = false;
+	qp->msg_writes_out = 0;
+	qp->next_msn = 0;
+	qp->rd_atomic_out = 0;
+	sv_set_hint(qp->rnr_deadline, 0);
+	sv_set_hint(qp->tx_blocked, false);
+	sv_set_hint(qp->tx_kick, false);
+	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_lock(&qp->rq.lock);
+	sv_wq_reset(&qp->rq);
+	pthread_spin_unlock(&qp->rq.lock);
+	if (qp->scq)
+		sv_cq_clean(qp->scq, qp->ibv.qp_base.qp_num);
+	if (qp->rcq && qp->rcq != qp->scq)
+		sv_cq_clean(qp->rcq, qp->ibv.qp_base.qp_num);
+}
+
+/* What was sent to the QP before RESET is gone, and the responder starts afresh. */
+static void rx_discard(struct sv_qp *qp)
+{
+	sv_rx_lock(qp);
+	qp->wire->discard(qp);
+	sv_resp_reset(qp);
+	sv_rx_unlock(qp);
+}
+
+static void qp_connect(struct sv_qp *qp)
+{
+	uint32_t qpn = qp->attr.dest_qp_num;
+	void *conn = NULL;
+	int err;
+
+	err = qp->wire->connect(qp, qpn, &conn);
+	sv_rx_lock(qp);
+	sv_spin_lock(&qp->sq.lock);
+	conn = qp->wire->attach(qp, qpn, conn, err);
+	/* Not there (yet): sends will find out (RETRY_EXC_ERR). */
+	sv_set_hint(qp->connect_pending, err != 0);
+	pthread_spin_unlock(&qp->sq.lock);
+	sv_rx_unlock(qp);
+	if (conn)
+		qp->wire->release(qp, conn);
+	if (err)
+		sv_dbg("qp %u: peer qp %u not found (%d)", qp->ibv.qp_base.qp_num, qpn, err);
+}
+
+void sv_qp_data_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state next)
+{
+	struct sv_context *ctx = sv_qp_ctx(qp);
+	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
+
+	sv_qp_data_publish(qp);
+	if (next == cur)
+		return;
+	switch (next) {
+	case IBV_QPS_RESET:
+		drop_peers(qp);
+		qp_drain(qp);
+		rx_discard(qp);
+		break;
+	case IBV_QPS_RTR:
+		if (type != IBV_QPT_UD && qp->wire->reach(qp, qp->attr.dest_qp_num) ==
+						  SV_REACH_NO_PEER)
+			qp_connect(qp);
+		break;
+	case IBV_QPS_ERR:
+		sv_spin_lock(&qp->sq.lock);
+		sv_qp_flush_sq_locked(qp);
+		pthread_spin_unlock(&qp->sq.lock);
+		sv_spin_lock(&qp->rq.lock);
+		sv_qp_flush_rq_locked(qp);
+		pthread_spin_unlock(&qp->rq.lock);
+		/* The peer learns that we left; its outstanding work then fails. */
+		drop_peers(qp);
+		/* IBA 10.3.1: a QP on an SRQ that enters Error reports Last WQE Reached. */
+		if (qp->srq)
+			sv_async_raise(ctx, IBV_EVENT_QP_LAST_WQE_REACHED, &qp->ibv.qp_base);
+		break;
+	case IBV_QPS_SQD:
+		/* Drained when nothing transmitted waits for an answer. */
+		if (qp->attr.en_sqd_async_notify && sv_wq_count(&qp->sq) == 0)
+			sv_async_raise(ctx, IBV_EVENT_SQ_DRAINED, &qp->ibv.qp_base);
+		break;
+	default:
+		break;
+	}
+}
+
+void sv_qp_settle_locked(struct sv_qp *qp)
+{
+	int err = atomic_load(&qp->err_event);
+	enum ibv_qp_state cur = qp->attr.qp_state;
+
+	if (err == SV_ERR_NONE)
+		return;
+	if (err == SV_ERR_SQE) {
+		/* Only the send queue stops; receives go on. SQE -> RTS recovers. */
+		if (cur == IBV_QPS_RTS || cur == IBV_QPS_SQD) {
+			sv_qp_set_state(qp, IBV_QPS_SQE);
+			sv_spin_lock(&qp->sq.lock);
+			sv_qp_flush_sq_locked(qp);
+			pthread_spin_unlock(&qp->sq.lock);
+		}
+	} else if (cur != IBV_QPS_ERR && cur != IBV_QPS_RESET) {
+		sv_qp_set_state(qp, IBV_QPS_ERR);
+		sv_qp_data_state(qp, cur, IBV_QPS_ERR);
+		if (err & 0x10000)
+			sv_async_raise(sv_qp_ctx(qp), (enum ibv_event_type)(err & 0xffff),
+				       &qp->ibv.qp_base);
+		sv_dbg("qp %u %s -> ERR (0x%x)", qp->ibv.qp_base.qp_num, sv_qp_state_name[cur], err);
+	}
+	/*
+	 * Cleared only once the new state is published: a responder consuming on another
+	 * thread that finds it clear then finds the state (sv_resp_deliver reads them in
+	 * that order). Cleared first, a request after a refused one could find neither, be
+	 * executed and acknowledged (test_tiny_writes_with_a_bad_rkey_midway: a WRITE after
+	 * the refused one completed successfully). An error asked for meanwhile stays
+	 * pending.
+	 */
+	atomic_compare_exchange_strong(&qp->err_event, &err, SV_ERR_NONE);
+}
+
+void sv_qp_settle(struct sv_qp *qp)
+{
+	if (atomic_load_explicit(&qp->err_event, memory_order_relaxed) == SV_ERR_NONE)
+		return;
+	/*
+	 * Never wait for the lock: its holder may be waiting for our progress thread. The
+	 * error stays pending until a later pass, or the holder (ibv_modify_qp settles it
+	 * first, or drops it on a move to RESET) — never re-raised after that holder.
+	 */
+	if (pthread_mutex_trylock(&qp->lock))
+		return;
+	sv_qp_settle_locked(qp);
+	pthread_mutex_unlock(&qp->lock);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* progress                                                                                 */
+
+int sv_qp_progress(struct sv_qp *qp)
+{
+	int n = qp->wire->poll(qp);
+
+	if (qp->wire->timers)
+		n += qp->wire->timers(qp);
+	if ((sv_hint(qp->tx_blocked) || sv_hint(qp->tx_kick) || sv_hint(qp->rnr_deadline) ||
+	     sv_hint(qp->connect_pending)) && !pthread_spin_trylock(&qp->sq.lock)) {
+		bool connect;
+
+		n += sv_comp_timers(qp);
+		if (sv_hint(qp->tx_blocked) || sv_hint(qp->tx_kick))
+			sv_qp_tx_locked(qp);
+		connect = qp->want_connect;
+		pthread_spin_unlock(&qp->sq.lock);
+		if (connect)
+			sv_qp_tx_connect(qp);
+	}
+	if (atomic_load_explicit(&qp->err_event, memory_order_relaxed) != SV_ERR_NONE)
+		sv_qp_settle(qp);
+	return n;
+}
+
+bool sv_qp_recv_awaited(struct sv_qp *qp)
+{
+	/* A message held for want of a receive may go on now (the sender waits on RNR). */
+	return sv_hint(qp->rnr_held);
+}
+
+bool sv_qp_arm(struct sv_qp *qp, bool assist)
+{
+	if (sv_hint(qp->rnr_held))
+		return true; /* what waits there needs a receive, not us */
+	if (sv_hint(qp->tx_kick))
+		return false;
+	return qp->wire->arm(qp, assist);
+}
+
+bool sv_qp_needs_timer(struct sv_qp *qp)
+{
+	return sv_hint(qp->tx_blocked) || sv_hint(qp->rnr_deadline) ||
+	       sv_hint(qp->connect_pending) || sv_hint(qp->tx_kick) ||
+	       (qp->wire->needs_timer && qp->wire->needs_timer(qp)) ||
+	       atomic_load_explicit(&qp->err_event, memory_order_relaxed) != SV_ERR_NONE;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* the poll path                                                                             */
+
+/*
+ * A poller waiting for @qp's answers also moves its peer when that peer is a QP of this
+ * process: a NIC answers without its application's help, and one process driving both
+ * ends may poll this end before the other (rdma-core's own tests do). A peer in another
+ * process is moved by its own pollers or progress thread.
+ */
+static void move_local_peer(struct sv_qp *qp)
+{
+	struct sv_qp *peer;
+
+	if (!qp->wire->local_peer || !(peer = qp->wire->local_peer(qp)))
+		return;
+	sv_qp_progress(peer);
+	atomic_fetch_sub_explicit(&peer->eng_ref, 1, memory_order_release);
+}
+
+void sv_cq_progress(struct sv_cq *cq)
+{
+	struct sv_qp *pinned[16];
+	uint32_t look = atomic_load_explicit(&sv_engine_look, memory_order_relaxed);
+	int start = 0, total;
+
+	/* Every QP of the CQ, 16 at a time (pinned while the list's lock is not held). */
+	do {
+		int n = 0;
+
+		sv_spin_lock(&cq->qps_lock);
+		total = cq->n_qps;
+		for (int i = start; i < total && n < 16; i++) {
+			pinned[n] = cq->qps[i];
+			atomic_fetch_add_explicit(&pinned[n]->eng_ref, 1, memory_order_relaxed);
+			n++;
+		}
+		pthread_spin_unlock(&cq->qps_lock);
+		for (int i = 0; i < n; i++) {
+			atomic_store_explicit(&pinned[i]->polled_look, look, memory_order_relaxed);
+			sv_qp_progress(pinned[i]);
+			move_local_peer(pinned[i]);
+			atomic_fetch_sub_explicit(&pinned[i]->eng_ref, 1, memory_order_release);
+		}
+		start += n;
+		if (!n)
+			break;
+	} while (start < total);
+}

@@ -1,0 +1,396 @@
+/*
+ * The shm wire's QPs: the segment each QP publishes (its page and inbound fifo), its
+ * peers (the connected QP, or a UD QP's destinations), and the ops table the core calls.
+ */
+#include "wire/shm/shm_wire.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/sv_engine.h"
+#include "core/sv_qp_data.h"
+#include "core/sv_qp_table.h"
+#include "util/sv_lock.h"
+#include "util/sv_log.h"
+
+#define hint(field) atomic_load_explicit(&(field), memory_order_relaxed)
+#define set_hint(field, v) atomic_store_explicit(&(field), (v), memory_order_relaxed)
+
+static void rx_lock(struct sv_qp *qp)
+{
+	while (atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
+		sched_yield();
+}
+
+static void rx_unlock(struct sv_qp *qp)
+{
+	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
+}
+
+static int qp_init(struct sv_qp *qp, uint32_t *qpn)
+{
+	struct shm_qp *s = calloc(1, sizeof(*s));
+	int err = -ENOMEM;
+
+	if (!s)
+		return -ENOMEM;
+	s->seg_len = SHM_QP_SEG_SIZE;
+	s->seg_fd = memfd_create("softverbs-qp", MFD_CLOEXEC);
+	if (s->seg_fd < 0) {
+		err = -errno;
+		free(s);
+		return err;
+	}
+	if (ftruncate(s->seg_fd, (off_t)s->seg_len))
+		goto err_fd;
+	s->seg = mmap(NULL, s->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, s->seg_fd, 0);
+	if (s->seg == MAP_FAILED)
+		goto err_fd;
+	s->page = s->seg;
+	s->rx = (struct shm_fifo *)((char *)s->seg + SHM_QP_PAGE_SIZE);
+	shm_fifo_init(s->rx);
+	/* Born armed: the progress thread may be asleep with every fifo it knew armed, and a
+	 * producer in this very process attaches without a socket that would wake it. The
+	 * first message wakes it once; it then counts this QP among its own. */
+	(void)shm_fifo_arm(s->rx);
+	s->page->magic = SHM_QP_PAGE_MAGIC;
+	s->page->pid = getpid();
+	s->page->qp_type = qp->ibv.qp_base.qp_type;
+	/* An XRC target has no PD: requests name an SRQ, whose PD applies (sv_resp.c). */
+	atomic_store(&s->page->pd, qp->pd ? qp->pd->handle : 0);
+	qp->wire_qp = s;
+	/* From here peers can attach: everything they read is set above. */
+	err = shm_conn_qp_add(qp, qpn);
+	if (err) {
+		qp->wire_qp = NULL;
+		munmap(s->seg, s->seg_len);
+		goto err_fd;
+	}
+	atomic_store(&s->page->qpn, *qpn);
+	return 0;
+err_fd:
+	close(s->seg_fd);
+	free(s);
+	return err;
+}
+
+static void qp_fini(struct sv_qp *qp)
+{
+	struct shm_qp *s = shm_qp(qp);
+
+	if (!s)
+		return;
+	shm_conn_qp_remove(qp);
+	munmap(s->seg, s->seg_len);
+	close(s->seg_fd);
+	free(s);
+	qp->wire_qp = NULL;
+}
+
+static void publish(struct sv_qp *qp)
+{
+	struct shm_qp_page *p = shm_qp(qp)->page;
+	uint32_t st = atomic_load(&qp->pub.state);
+
+	/* A new connection: what the previous requester gave up on is forgotten. */
+	if (st == IBV_QPS_RTR && atomic_load(&p->state) != IBV_QPS_RTR)
+		atomic_store(&p->rnr_abandon, 0);
+	atomic_store(&p->access, atomic_load(&qp->pub.access));
+	atomic_store(&p->qkey, atomic_load(&qp->pub.qkey));
+	atomic_store(&p->min_rnr_timer, atomic_load(&qp->pub.min_rnr_timer));
+	atomic_store(&p->dest_qpn, atomic_load(&qp->pub.dest_qpn));
+	atomic_store(&p->pkey, atomic_load(&qp->pub.pkey));
+	atomic_store(&p->state, st);
+}
+
+/* --- peers -------------------------------------------------------------------------------- */
+
+static int connect_qpn(struct sv_qp *qp, uint32_t qpn, void **conn)
+{
+	struct shm_peer *peer = NULL;
+	int err = shm_conn_connect(qp, qpn, &peer);
+
+	*conn = peer;
+	return err;
+}
+
+static struct shm_peer *ud_find(struct shm_qp *s, uint32_t qpn)
+{
+	struct shm_ud_dests *d = s->ud_dests;
+
+	for (int i = 0; d && i < d->n; i++)
+		if (d->peer[i]->qpn == qpn)
+			return d->peer[i];
+	return NULL;
+}
+
+/* A UD destination met: kept (the oldest forgotten when the table is full). Returns
+ * what to release. */
+static struct shm_peer *ud_dest_add(struct shm_qp *s, struct shm_peer *peer)
+{
+	struct shm_ud_dests *d = s->ud_dests;
+	struct shm_peer *old = NULL;
+
+	if (!d) {
+		d = calloc(1, sizeof(*d));
+		if (!d)
+			return peer;
+		s->ud_dests = d;
+	}
+	if (d->n == SHM_UD_MAX_DESTS) {
+		old = d->peer[0];
+		memmove(&d->peer[0], &d->peer[1], (SHM_UD_MAX_DESTS - 1) * sizeof(d->peer[0]));
+		d->n--;
+	}
+	d->peer[d->n++] = peer;
+	return old;
+}
+
+static void *attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
+{
+	struct shm_qp *s = shm_qp(qp);
+	struct shm_peer *peer = conn;
+
+	if (qp->ibv.qp_base.qp_type == IBV_QPT_UD) {
+		if (!err && peer)
+			return ud_dest_add(s, peer);
+		sv_dbg("qp %u: qp %u unreachable (%d): the datagram is lost",
+		       qp->ibv.qp_base.qp_num, qpn, err);
+		s->ud_unreachable = qpn;
+		s->ud_unreachable_valid = true;
+		return peer;
+	}
+	if (err || !peer || s->peer)
+		return peer;
+	s->peer = peer;
+	set_hint(s->peer_local, peer->sock < 0);
+	return NULL;
+}
+
+static void release(struct sv_qp *qp, void *conn)
+{
+	(void)qp;
+	shm_conn_disconnect(conn);
+}
+
+static void disconnect(struct sv_qp *qp)
+{
+	struct shm_qp *s = shm_qp(qp);
+	struct shm_peer *peer;
+	struct shm_ud_dests *d;
+
+	rx_lock(qp);
+	sv_spin_lock(&qp->sq.lock);
+	peer = s->peer;
+	s->peer = NULL;
+	set_hint(s->peer_local, false);
+	s->ud_unreachable_valid = false;
+	atomic_store(&s->peer_left, false);
+	d = s->ud_dests;
+	s->ud_dests = NULL;
+	pthread_spin_unlock(&qp->sq.lock);
+	rx_unlock(qp);
+	shm_conn_disconnect(peer);
+	if (d) {
+		for (int i = 0; i < d->n; i++)
+			shm_conn_disconnect(d->peer[i]);
+		free(d);
+	}
+}
+
+/* Empties our inbound fifo: what was sent to the QP before RESET is gone. */
+static void discard(struct sv_qp *qp)
+{
+	struct shm_qp *s = shm_qp(qp);
+	struct shm_slot *slot;
+	uint64_t pos;
+
+	/* Bounded: a peer that keeps publishing does not hold us here. */
+	for (uint32_t i = 0; i < 2 * SHM_FIFO_SLOTS && (slot = shm_fifo_peek(s->rx, &pos)); i++) {
+		uint32_t n = shm_msg_slots((const struct shm_msg *)slot->hdr);
+
+		shm_fifo_release(s->rx, n ? n : 1);
+	}
+	set_hint(s->rx_poisoned, false);
+	s->burst_next = 0;
+}
+
+void shm_qp_peer_lost(struct sv_qp *qp, uint32_t peer_qpn, bool fatal)
+{
+	uint32_t st = atomic_load(&qp->pub.state);
+
+	/* Read from the published attributes, without the QP's lock: the engine never waits
+	 * for it. The QP may have moved on to another peer meanwhile. */
+	if (qp->ibv.qp_base.qp_type == IBV_QPT_UD || atomic_load(&qp->pub.dest_qpn) != peer_qpn ||
+	    (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD))
+		return;
+	sv_dbg("qp %u: peer qp %u %s", qp->ibv.qp_base.qp_num, peer_qpn,
+	       fatal ? "died" : "went away");
+	if (fatal) {
+		/* A dead peer is fatal: async QP_FATAL, everything outstanding flushed. */
+		sv_qp_fail(qp, SV_ERR_EVENT(IBV_EVENT_QP_FATAL));
+		return;
+	}
+	/* A peer that left (destroyed or reset its QP) does not touch our QP, as on a NIC:
+	 * once what it sent before leaving is handled, work waiting for it fails as if the
+	 * retries ran out (timers). */
+	atomic_store(&shm_qp(qp)->peer_left, true);
+}
+
+/* The peer left: once its last messages are handled, let go of it. */
+static int timers(struct sv_qp *qp)
+{
+	struct shm_qp *s = shm_qp(qp);
+	struct shm_peer *gone = NULL;
+	uint64_t pos;
+
+	if (!atomic_load_explicit(&s->peer_left, memory_order_relaxed) ||
+	    atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
+		return 0;
+	if (!shm_fifo_peek(s->rx, &pos) && !pthread_spin_trylock(&qp->sq.lock)) {
+		shm_direct_abandon(qp);
+		gone = s->peer;
+		s->peer = NULL;
+		set_hint(s->peer_local, false);
+		atomic_store(&s->peer_left, false);
+		sv_comp_peer_gone(qp);
+		pthread_spin_unlock(&qp->sq.lock);
+	}
+	rx_unlock(qp);
+	shm_conn_disconnect(gone);
+	return gone != NULL;
+}
+
+static bool needs_timer(struct sv_qp *qp)
+{
+	return atomic_load_explicit(&shm_qp(qp)->peer_left, memory_order_relaxed);
+}
+
+/* IBA 10.9.3: would @peer's QP accept our packets? It drops the others, silently. */
+bool shm_pkeys_match(const struct sv_qp *qp, const struct shm_peer *peer)
+{
+	uint32_t a = atomic_load_explicit(&shm_qp(qp)->page->pkey, memory_order_relaxed);
+	uint32_t b = atomic_load_explicit(&peer->page->pkey, memory_order_relaxed);
+
+	/* Their low 15 bits equal (and not 0), at least one a full member (bit 15). */
+	return (a & 0x7fff) && (a & 0x7fff) == (b & 0x7fff) && ((a | b) & 0x8000);
+}
+
+static enum sv_reach reach(struct sv_qp *qp, uint32_t dest_qpn)
+{
+	struct shm_qp *s = shm_qp(qp);
+	struct shm_peer *peer;
+
+	if (qp->ibv.qp_base.qp_type == IBV_QPT_UD) {
+		peer = ud_find(s, dest_qpn);
+		if (peer)
+			return shm_pkeys_match(qp, peer) ? SV_REACH_READY : SV_REACH_PARTITION;
+		if (s->ud_unreachable_valid && s->ud_unreachable == dest_qpn) {
+			s->ud_unreachable_valid = false; /* for the WR that asked */
+			return SV_REACH_UNREACHABLE;
+		}
+		return SV_REACH_NO_PEER;
+	}
+	peer = s->peer;
+	if (!peer)
+		return SV_REACH_NO_PEER;
+	if (!shm_peer_ready(peer))
+		return SV_REACH_WAIT;
+	return shm_pkeys_match(qp, peer) ? SV_REACH_READY : SV_REACH_PARTITION;
+}
+
+/* Dropped for its P_Key: the peer's port counts it (its bad_pkey_cntr), on its page. */
+static void dropped(struct sv_qp *qp, uint32_t dest_qpn)
+{
+	struct shm_qp *s = shm_qp(qp);
+	struct shm_peer *peer = qp->ibv.qp_base.qp_type == IBV_QPT_UD ? ud_find(s, dest_qpn)
+								       : s->peer;
+
+	if (peer)
+		atomic_fetch_add_explicit(&peer->page->bad_pkey, 1, memory_order_relaxed);
+}
+
+static void abandon(struct sv_qp *qp, uint32_t msn)
+{
+	struct shm_qp *s = shm_qp(qp);
+
+	if (s->peer)
+		atomic_store(&s->peer->page->rnr_abandon, msn);
+}
+
+/* --- progress ------------------------------------------------------------------------------ */
+
+static bool arm(struct sv_qp *qp, bool assist)
+{
+	struct shm_qp *s = shm_qp(qp);
+
+	if (hint(s->rx_poisoned))
+		return true; /* what waits there needs a RESET, not us */
+	if (!shm_fifo_arm(s->rx))
+		return false;
+	/* A copy-assist job posted before we armed (shm_fifo_take_armed's other half). */
+	if (assist && shm_assist_pending(&s->page->assist) && shm_assist_on()) {
+		shm_fifo_disarm(s->rx);
+		return false;
+	}
+	return true;
+}
+
+static void disarm(struct sv_qp *qp)
+{
+	shm_fifo_disarm(shm_qp(qp)->rx);
+}
+
+/* The peer, if it is a QP of this process and answers work we wait for. */
+static struct sv_qp *local_peer(struct sv_qp *qp)
+{
+	struct shm_qp *s = shm_qp(qp);
+	uint32_t qpn = 0;
+
+	/* The flag is a hint; the lock confirms (and nothing waits for it). */
+	if (!hint(s->peer_local) || pthread_spin_trylock(&qp->sq.lock))
+		return NULL;
+	if (s->peer && s->peer->sock < 0 && qp->sq.tail != qp->sq_next)
+		qpn = s->peer->qpn;
+	pthread_spin_unlock(&qp->sq.lock);
+	return qpn ? shm_conn_pin_qp(qpn) : NULL;
+}
+
+static uint32_t bad_pkeys(struct sv_qp *qp)
+{
+	return atomic_load_explicit(&shm_qp(qp)->page->bad_pkey, memory_order_relaxed);
+}
+
+const struct sv_wire_ops sv_wire_shm = {
+	.name = "shm",
+	.caps = SV_WIRE_ACKED | SV_WIRE_RNR | SV_WIRE_ATOMICS | SV_WIRE_IMM | SV_WIRE_DIRECT |
+		SV_WIRE_ORDERED,
+	.qp_init = qp_init,
+	.qp_fini = qp_fini,
+	.publish = publish,
+	.connect = connect_qpn,
+	.attach = attach,
+	.release = release,
+	.disconnect = disconnect,
+	.discard = discard,
+	.reach = reach,
+	.dropped = dropped,
+	.seg_max = shm_seg_max,
+	.send = shm_send,
+	.direct = shm_direct,
+	.direct_abandon = shm_direct_abandon,
+	.batch_ready = shm_batch_ready,
+	.write_batch = shm_write_batch,
+	.abandon = abandon,
+	.poll = shm_rx_poll,
+	.arm = arm,
+	.disarm = disarm,
+	.assist = shm_rx_assist,
+	.local_peer = local_peer,
+	.needs_timer = needs_timer,
+	.timers = timers,
+	.bad_pkeys = bad_pkeys,
+};

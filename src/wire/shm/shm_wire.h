@@ -1,0 +1,142 @@
+/*
+ * The shm wire: QPs of one host, through shared memory. Each QP has a segment (a memfd:
+ * its page for peers, then its inbound fifo, shm_msg.h); a QP attaches to its peer by
+ * QPN over the peer process's abstract socket (shm_conn.c), maps the peer's segment and
+ * key table, and writes messages into the peer's fifo (shm_tx.c) that the peer's
+ * library reads (shm_rx.c). RDMA WRITE and READ go straight between the two processes'
+ * memory with process_vm_writev/readv when the kernel allows it (the direct op, with
+ * copy assist for large ones: shm_assist.h), and through the fifos otherwise (bounce).
+ *
+ * This header is the wire's own: the core sees only sv_wire_shm, its ops table.
+ */
+#ifndef SHM_WIRE_H
+#define SHM_WIRE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "core/sv_mr.h"
+#include "core/sv_wire.h"
+#include "wire/shm/shm_msg.h"
+
+struct sv_qp;
+
+extern const struct sv_wire_ops sv_wire_shm;
+
+enum {
+	SHM_INLINE_MAX = 32768, /* larger SENDs: pulled by the responder (docs/performance.md) */
+	SHM_CHUNK = 8192,       /* the bounce copy's bytes per message */
+	SHM_UD_MAX_DESTS = 64,
+	SHM_RX_BUDGET = 64,
+	SHM_IOV_MAX = 64,
+};
+
+/* A QP on the same host that we talk to: its segment and key table, mapped. */
+struct shm_peer {
+	int sock;             /* the attach connection: hang-up without goodbye = death;
+			       * -1 for a QP of this process */
+	pid_t pid;
+	uint32_t qpn;
+	void *seg;
+	size_t seg_len;
+	struct shm_qp_page *page;
+	struct shm_fifo *fifo;
+	const struct sv_mr_entry *mrs; /* the peer context's key table, read-only */
+	int wake_fd;          /* the peer engine's eventfd */
+	uint64_t cached_head; /* producer's copy of the peer fifo's head */
+	uint64_t watch_id;    /* our engine's watch of sock (0: none) */
+	uint32_t our_qpn;     /* the QP that attached */
+	bool cma;             /* process_vm_readv/writev reach the peer (else: bounce) */
+	uint64_t seg_addr;    /* where the peer maps its segment (the CMA probe reads it) */
+};
+
+struct shm_ud_dests {
+	int n;
+	struct shm_peer *peer[SHM_UD_MAX_DESTS];
+};
+
+/* A QP's state on the wire (qp->wire_qp). */
+struct shm_qp {
+	int seg_fd;               /* memfd: our page for peers, then our inbound fifo */
+	void *seg;
+	size_t seg_len;
+	struct shm_qp_page *page;
+	struct shm_fifo *rx;
+	/* under rx_busy and sq.lock (either is enough to read) */
+	struct shm_peer *peer;    /* RC/UC: the connected QP */
+	atomic_bool peer_local;   /* ... and it is a QP of this process (a hint) */
+	atomic_bool peer_left;    /* the peer said goodbye: let go of it when drained */
+	bool ud_unreachable_valid;/* UD: the last attach, to ud_unreachable, failed */
+	uint32_t ud_unreachable;
+	struct shm_ud_dests *ud_dests; /* UD: destinations met so far */
+	/* requester's copy assist, under sq.lock */
+	uint32_t assist_job;      /* the job of the WQE being placed (0: none) */
+	uint64_t assist_deadline; /* ns: a helper not done by then fails the WQE */
+	bool assist_helped;       /* the responder took part of our last job */
+	uint32_t assist_copies;   /* large copies so far (every few offer help anyway) */
+	/* responder, under rx_busy */
+	atomic_bool rx_poisoned;  /* the peer broke the fifo's format: read no more (to RESET) */
+	uint32_t burst_next;      /* the record of a WRITES burst to deliver next */
+};
+
+static inline struct shm_qp *shm_qp(const struct sv_qp *qp);
+
+/* shm_conn.c: attach by QPN, the peers' lifetime */
+int shm_conn_qp_add(struct sv_qp *qp, uint32_t *qpn);
+void shm_conn_qp_remove(struct sv_qp *qp);
+int shm_conn_connect(struct sv_qp *qp, uint32_t dest_qpn, struct shm_peer **peer);
+void shm_conn_disconnect(struct shm_peer *peer);
+void shm_conn_wake(struct shm_peer *peer);
+struct sv_qp *shm_conn_pin_qp(uint32_t qpn);
+
+/* shm_qp.c: the peer connection ended (@fatal: without goodbye) */
+void shm_qp_peer_lost(struct sv_qp *qp, uint32_t peer_qpn, bool fatal);
+
+/* shm_qp.c */
+bool shm_pkeys_match(const struct sv_qp *qp, const struct shm_peer *peer);
+
+/* shm_tx.c: the ops that transmit (sv_wire.h says what each promises) */
+uint64_t shm_seg_max(struct sv_qp *qp, const struct sv_hdr *h);
+int shm_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, int n_iov);
+enum sv_direct shm_direct(struct sv_qp *qp, struct sv_send_wqe *w, const struct iovec *iov,
+			  int n_iov, uint64_t total, bool may_place, enum ibv_wc_status *status);
+void shm_direct_abandon(struct sv_qp *qp);
+bool shm_batch_ready(struct sv_qp *qp, uint64_t first_len);
+uint32_t shm_write_batch(struct sv_qp *qp, struct sv_batch_item *items, uint32_t n,
+			 uint32_t first_msn, bool may_place, bool *acked);
+int shm_put_msg(struct shm_peer *peer, struct shm_msg *m, const void *payload,
+		const struct iovec *iov, int n_iov, uint32_t len);
+enum ibv_wc_status shm_cma_copy(pid_t pid, const struct iovec *local, int n_local,
+				uint64_t remote, uint64_t len, bool write);
+bool shm_assist_on(void);
+
+/* shm_rx.c */
+int shm_rx_poll(struct sv_qp *qp);
+int shm_rx_assist(struct sv_qp *qp);
+
+/* The slots the message @m heads, or 0 if the peer wrote a count no message has (a
+ * protocol violation: the QP fails rather than consume what follows as messages). */
+static inline uint32_t shm_msg_slots(const struct shm_msg *m)
+{
+	return m->nslots >= 1 && m->nslots <= SHM_FIFO_SLOTS ? m->nslots : 0;
+}
+
+#include "core/sv_obj.h"
+
+/* Whether the peer's QP takes requests: from RTR on, SQ Error included (IBA 10.3.1). */
+static inline bool shm_peer_ready(const struct shm_peer *peer)
+{
+	uint32_t st = atomic_load_explicit(&peer->page->state, memory_order_acquire);
+
+	return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
+}
+
+static inline struct shm_qp *shm_qp(const struct sv_qp *qp)
+{
+	return qp->wire_qp;
+}
+
+#endif
