@@ -126,14 +126,14 @@ fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/softverbs-ab.XXXXXX")
 cleanup() {
-	# Only the perftest server this script started, by its pid.
+	# Only the perftest processes this script started, by their pids.
 	pt_stop_server
 	if [ -n "$out_dir" ]; then
 		mkdir -p "$out_dir"
 		cp "$tmp"/*.log "$out_dir"/ 2>/dev/null || true
 	fi
-	if [ "$keep" -eq 1 ]; then
-		echo "builds kept under $tmp"
+	if [ "$keep" -eq 1 ] && compgen -G "$tmp/src-*" >/dev/null; then
+		echo "builds kept: $tmp/src-*/build"
 	else
 		rm -rf "$tmp"
 	fi
@@ -229,16 +229,19 @@ use() {
 # the figures
 
 figs=(lat bw rate)
-declare -A fig_name fig_unit fig_worse
+declare -A fig_name fig_unit fig_worse fig_fmt
 fig_name[lat]="ib_send_lat -s 2"
 fig_unit[lat]="µs"
 fig_worse[lat]=higher
+fig_fmt[lat]=%.4f
 fig_name[bw]="ib_write_bw -s 1048576"
 fig_unit[bw]="GB/s"
 fig_worse[bw]=lower
+fig_fmt[bw]=%.2f
 fig_name[rate]="ib_write_bw -s 8 -t 128 -l 32 -N, pinned"
 fig_unit[rate]="Mpps"
 fig_worse[rate]=lower
+fig_fmt[rate]=%.2f
 
 # samples_median LOG: the median of the latency samples ib_send_lat -H prints
 # after its "#, usec" line (one "N, VALUE" a line); fails when there are none.
@@ -331,7 +334,7 @@ median() {
 	printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g |
 		awk '{ v[++n] = $1 }
 		END { if (n == 0) exit 1
-			printf "%.4g\n", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }'
+			printf "%.6g\n", (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }'
 }
 
 bound=0.05
@@ -348,6 +351,8 @@ for fig in "${figs[@]}"; do
 	read -r -a a <<<"${vals[$fig.after]:-}"
 	if mb=$(median "${b[@]}") && ma=$(median "${a[@]}"); then
 		ratio=$(calc '%.3f' "$ma / $mb")
+		mb=$(calc "${fig_fmt[$fig]}" "$mb")
+		ma=$(calc "${fig_fmt[$fig]}" "$ma")
 		if [ "${fig_worse[$fig]}" = higher ]; then
 			verdict=$(awk -v r="$ratio" -v d="$bound" 'BEGIN { print (r > 1 + d) ? "FAIL" : "PASS" }')
 			rule="≤ 1.05"

@@ -10,8 +10,8 @@
 #   pin_server, pin_client   arrays: a taskset prefix for each side, or empty
 #   gid_args    array: -x INDEX of ::ffff:127.0.0.1 (see pt_gid_args), or empty
 # and after it reads server_cmd, client_cmd, server_rc, client_rc. While a pair
-# runs, server_pid is its server (a timeout(1) process): the caller's EXIT trap
-# should call pt_stop_server.
+# runs, server_pid and client_pid are its two sides (timeout(1) processes): the
+# caller's EXIT trap should call pt_stop_server.
 
 # The perftest runs both scripts measure (client side; the server gets the same
 # arguments without 127.0.0.1). Iteration counts, so that a before/after
@@ -32,13 +32,18 @@ pt_gid_args() {
 	fi
 }
 
-# pt_stop_server: ends the perftest server a pair started, if one is running, by
-# its pid (a timeout(1) process, which passes the signal on to perftest).
+# pt_stop_server: ends the perftest client and server a pair started, if they
+# are running, by their pids (timeout(1) processes, which pass the signal on to
+# perftest).
 pt_stop_server() {
-	if [ -n "${server_pid:-}" ] && kill -0 "$server_pid" 2>/dev/null; then
-		kill "$server_pid" 2>/dev/null || true
-		wait "$server_pid" 2>/dev/null || true
-	fi
+	local pid
+	for pid in "${client_pid:-}" "${server_pid:-}"; do
+		if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+			kill "$pid" 2>/dev/null || true
+			wait "$pid" 2>/dev/null || true
+		fi
+	done
+	client_pid=
 	server_pid=
 }
 
@@ -53,6 +58,7 @@ is_listening() {
 
 # Commands and exit statuses of the last pair, for the report.
 server_pid=
+client_pid=
 server_cmd=
 client_cmd=
 server_rc=
@@ -84,7 +90,12 @@ pair() {
 		sleep 0.05
 	done
 	if is_listening "$port"; then
-		"${cli[@]}" >"$tmp/$name.client.log" 2>&1 || rc_c=$?
+		# In the background and waited for, so that a signal's trap runs at once
+		# and pt_stop_server can end this client too.
+		"${cli[@]}" >"$tmp/$name.client.log" 2>&1 &
+		client_pid=$!
+		wait "$client_pid" || rc_c=$?
+		client_pid=
 	else
 		rc_c=255
 		echo "server never listened on port $port" >"$tmp/$name.client.log"

@@ -72,7 +72,7 @@ sv="$build_dir/bin/softverbs"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/softverbs-bench.XXXXXX")
 cleanup() {
-	# Only the perftest server this script started, by its pid.
+	# Only the perftest processes this script started, by their pids.
 	pt_stop_server
 	if [ -n "$out_dir" ]; then
 		mkdir -p "$out_dir"
