@@ -67,15 +67,13 @@ pt_timeout=${PERFTEST_TIMEOUT:-60}
 next_port=${PERFTEST_PORT:-18600}
 sv="$build_dir/bin/softverbs"
 
+# pair, column, calc, the perftest commands' iteration counts (shared with ab.sh).
+. bench/perftest-lib.sh
+
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/softverbs-bench.XXXXXX")
-server_pid=
 cleanup() {
-	# Only the perftest server this script started, by its pid (a timeout(1)
-	# process, which passes the signal on to perftest).
-	if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-		kill "$server_pid" 2>/dev/null || true
-		wait "$server_pid" 2>/dev/null || true
-	fi
+	# Only the perftest processes this script started, by their pids.
+	pt_stop_server
 	if [ -n "$out_dir" ]; then
 		mkdir -p "$out_dir"
 		cp "$tmp"/*.json "$tmp"/*.log "$out_dir"/ 2>/dev/null || true
@@ -145,101 +143,7 @@ if [ -n "$cpu_server" ] && [ "$cpu_server" != null ] && command -v taskset >/dev
 	pin_client=(taskset -c "$cpu_client")
 fi
 
-# The GID of 127.0.0.1 (RoCE v2, IPv4-mapped), so that both sides use loopback.
-gid_args=()
-gid_index=$("$sv" info 2>/dev/null |
-	sed -n 's/^gid\[ *\([0-9]*\)\] *::ffff:127\.0\.0\.1$/\1/p' | head -n 1) || true
-if [ -n "$gid_index" ]; then
-	gid_args=(-x "$gid_index")
-fi
-
-# is_listening PORT: some socket listens on TCP PORT (IPv4 or IPv6).
-is_listening() {
-	local hex
-	hex=$(printf '%04X' "$1")
-	cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-		awk -v p="$hex" '{ n = split($2, a, ":"); if (a[n] == p && $4 == "0A") f = 1 }
-			END { exit !f }'
-}
-
-# Commands and exit statuses of the last pair, for the report.
-server_cmd=
-client_cmd=
-server_rc=
-client_rc=
-
-# pair NAME PROGRAM ARGS...: runs PROGRAM as server and as client of 127.0.0.1,
-# each under timeout; the client's output goes to $tmp/NAME.client.log.
-# Succeeds when both exit 0.
-pair() {
-	local name=$1 prog=$2 port i rc_c=0 rc_s=0
-	shift 2
-	port=$next_port
-	while is_listening "$port"; do port=$((port + 1)); done
-	next_port=$((port + 1))
-
-	local srv=(timeout -k 5 "$pt_timeout" "${pin_server[@]}" "$sv" run -- "$prog" -p "$port"
-		"${gid_args[@]}" "$@")
-	local cli=(timeout -k 5 "$pt_timeout" "${pin_client[@]}" "$sv" run -- "$prog" -p "$port"
-		"${gid_args[@]}" "$@" 127.0.0.1)
-	server_cmd="${srv[*]}"
-	client_cmd="${cli[*]}"
-
-	"${srv[@]}" >"$tmp/$name.server.log" 2>&1 &
-	server_pid=$!
-	# Wait for the server's handshake socket (polled, at most PERFTEST_TIMEOUT).
-	for ((i = 0; i < pt_timeout * 20; i++)); do
-		is_listening "$port" && break
-		kill -0 "$server_pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	if is_listening "$port"; then
-		"${cli[@]}" >"$tmp/$name.client.log" 2>&1 || rc_c=$?
-	else
-		rc_c=255
-		echo "server never listened on port $port" >"$tmp/$name.client.log"
-	fi
-	if [ "$rc_c" -ne 0 ]; then
-		kill "$server_pid" 2>/dev/null || true
-	fi
-	wait "$server_pid" || rc_s=$?
-	server_pid=
-	server_rc=$rc_s
-	client_rc=$rc_c
-	[ "$rc_c" -eq 0 ] && [ "$rc_s" -eq 0 ]
-}
-
-# column LOG SIZE COLUMN: the value under perftest's header COLUMN (e.g.
-# "t_typical[usec]") in the result row for SIZE bytes. The header names the
-# columns; the row is the last one after it whose first field is SIZE and whose
-# fields are all numbers.
-column() {
-	awk -v size="$2" -v want="$3" '
-	function trim(s) { sub(/^[ \t]+/, "", s); sub(/[ \t]+$/, "", s); return s }
-	/#bytes/ {
-		ncol = 0
-		line = $0
-		while (match(line, /#[a-z]+|[A-Za-z0-9_%. ]*\[[^\]]*\]/)) {
-			name[++ncol] = trim(substr(line, RSTART, RLENGTH))
-			line = substr(line, RSTART + RLENGTH)
-		}
-		next
-	}
-	ncol > 0 && $1 == size {
-		ok = 1
-		for (i = 1; i <= NF; i++)
-			if ($i !~ /^[0-9]+(\.[0-9]+)?$/) ok = 0
-		if (ok)
-			for (i = 1; i <= ncol && i <= NF; i++)
-				if (name[i] == want) val = $i
-	}
-	END { if (val == "") exit 1; print val }' "$1"
-}
-
-# calc FORMAT EXPR: floating-point arithmetic (awk), printed with FORMAT.
-calc() {
-	awk "BEGIN { printf \"$1\", $2 }"
-}
+pt_gid_args
 
 echo "== perftest on softverbs"
 if ! pair probe ib_send_lat -s 2 -n 5 || ! column "$tmp/probe.client.log" 2 't_typical[usec]' >/dev/null; then
@@ -279,7 +183,7 @@ cacheline() {
 
 # Latency: perftest's typical (median) one-way latency vs the cache-line one-way.
 cl_before=$(cacheline before)
-if pair send_lat ib_send_lat -s 2 -n 10000 &&
+if pair send_lat ib_send_lat -s 2 -n "$pt_lat_iters" &&
 	lat=$(column "$tmp/send_lat.client.log" 2 't_typical[usec]'); then
 	cl_after=$(cacheline after)
 	echo
@@ -317,7 +221,7 @@ pvm_at() {
 for size in 65536 1048576; do
 	name=write_bw_$size
 	pvm_before=$(pvm_at "before-$size" "$size")
-	if pair "$name" ib_write_bw -s "$size" -n 5000 --report_gbits &&
+	if pair "$name" ib_write_bw -s "$size" -n "$pt_bw_iters" --report_gbits &&
 		gbit=$(column "$tmp/$name.client.log" "$size" 'BW average[Gb/sec]'); then
 		pvm_after=$(pvm_at "after-$size" "$size")
 		gbs=$(calc '%.2f' "$gbit / 8")
@@ -359,7 +263,7 @@ done
 # Message rate: 8-byte writes, 32 per ibv_post_send, 128 outstanding; absolute. Run
 # twice: pinned like the others, and unpinned (the scheduler may then run each side's
 # progress thread on the other CPU; docs/performance.md says why that matters).
-if pair msg_rate_pinned ib_write_bw -s 8 -t 128 -l 32 -n 3200000 -N --report_gbits &&
+if pair msg_rate_pinned ib_write_bw -s 8 -t 128 -l 32 -n "$pt_rate_iters" -N --report_gbits &&
 	mpps=$(column "$tmp/msg_rate_pinned.client.log" 8 'MsgRate[Mpps]'); then
 	echo
 	echo "ib_write_bw -s 8 -t 128 -l 32 -N (pinned): $mpps Mpps"
@@ -371,7 +275,7 @@ else
 fi
 pin_server=()
 pin_client=()
-if pair msg_rate ib_write_bw -s 8 -t 128 -l 32 -n 3200000 -N --report_gbits &&
+if pair msg_rate ib_write_bw -s 8 -t 128 -l 32 -n "$pt_rate_iters" -N --report_gbits &&
 	mpps=$(column "$tmp/msg_rate.client.log" 8 'MsgRate[Mpps]'); then
 	echo
 	echo "ib_write_bw -s 8 -t 128 -l 32 -N (unpinned): $mpps Mpps"
