@@ -249,6 +249,10 @@ struct sv_qp {
 	uint32_t next_msn;
 	uint64_t tx_off;              /* bytes of the WQE at sq_next sent so far (in segments) */
 	bool tx_stopped;              /* a WR failed: transmit nothing more until RESET */
+	bool tx_claimed;              /* a thread copies for the WQE at sq_next without the
+				       * lock: it alone transmits until it is back */
+	uint32_t tx_gen;              /* moves at every flush and drain: what a claim held
+				       * before is gone */
 	bool sq_failed;               /* an error completion was reported (until RESET) */
 	uint32_t rd_atomic_out;       /* READs and atomics waiting for their answer */
 	uint32_t msg_writes_out;      /* WRITEs sent as messages, not yet acknowledged */

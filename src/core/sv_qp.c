@@ -39,10 +39,21 @@ int sv_qp_data_init(struct sv_qp *qp, const struct sv_wire_ops *wire)
 	return 0;
 }
 
+void sv_qp_sq_lock_unclaimed(struct sv_qp *qp)
+{
+	sv_spin_lock(&qp->sq.lock);
+	/* Bounded: the claimer copies one WQE's data (or gives up on a helper in time). */
+	while (qp->tx_claimed) {
+		pthread_spin_unlock(&qp->sq.lock);
+		sched_yield();
+		sv_spin_lock(&qp->sq.lock);
+	}
+}
+
 static void drop_peers(struct sv_qp *qp)
 {
 	sv_rx_lock(qp);
-	sv_spin_lock(&qp->sq.lock);
+	sv_qp_sq_lock_unclaimed(qp);
 	if (qp->wire->direct_abandon)
 		qp->wire->direct_abandon(qp);
 	sv_set_hint(qp->connect_pending, false);
@@ -105,8 +116,10 @@ void sv_qp_flush_sq_locked(struct sv_qp *qp)
 		/* An error always completes, signaled or not (IBA 10.8.3.3). */
 		sv_cq_push(qp->scq, &wc, false);
 	}
-	if (qp->wire->direct_abandon)
+	/* A claim under way finds its WQE gone (tx_gen) and gives up its copy itself. */
+	if (qp->wire->direct_abandon && !qp->tx_claimed)
 		qp->wire->direct_abandon(qp);
+	qp->tx_gen++;
 	qp->sq_next = wq->head;
 	qp->tx_off = 0;
 	qp->mc_valid = false;
@@ -149,6 +162,7 @@ static void qp_drain(struct sv_qp *qp)
 {
 	sv_spin_lock(&qp->sq.lock);
 	sv_wq_reset(&qp->sq);
+	qp->tx_gen++;
 	qp->sq_next = 0;
 	qp->tx_off = 0;
 	qp->mc_valid = false;

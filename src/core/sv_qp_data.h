@@ -59,6 +59,10 @@ void sv_qp_settle(struct sv_qp *qp);
 /* The same, with qp->lock held. */
 void sv_qp_settle_locked(struct sv_qp *qp);
 
+/* Takes sq.lock once no thread copies for the send queue without it (tx_claimed): what
+ * the copy uses (the wire's peer) may then change. */
+void sv_qp_sq_lock_unclaimed(struct sv_qp *qp);
+
 /* State plumbing shared with the verbs layer. */
 void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state);
 void sv_qp_flush_sq_locked(struct sv_qp *qp); /* caller holds sq.lock */

@@ -99,7 +99,37 @@ static void ud_grh(struct sv_qp *qp, const struct sv_send_wqe *w, unsigned char 
 	g->dgid = w->ud.is_global ? w->ud.dgid : ctx->host.gids[0].gid;
 }
 
-enum tx_result { TX_DONE, TX_WAIT, TX_BLOCKED };
+/* DONE: the WQE is complete; WAIT: it waits for the responder; BLOCKED: try it again
+ * later; GONE: a flush or reset took it while a claim copied for it. */
+enum tx_result { TX_DONE, TX_WAIT, TX_BLOCKED, TX_GONE };
+
+/*
+ * Claims the transmit and drops sq.lock, for a copy that must not hold it (a direct
+ * placement of any size, a run of WRITEs in one system call): nobody else transmits
+ * meanwhile (sv_qp_tx_locked returns), and the wire's peer stays
+ * (sv_qp_sq_lock_unclaimed). Returns the generation to check in tx_unclaim.
+ */
+static uint32_t tx_claim(struct sv_qp *qp)
+{
+	uint32_t gen = qp->tx_gen;
+
+	qp->tx_claimed = true;
+	pthread_spin_unlock(&qp->sq.lock);
+	return gen;
+}
+
+/* Takes sq.lock back: false if the WQEs the claim was for were flushed meanwhile (their
+ * completions are reported; a copy left pending is given up). */
+static bool tx_unclaim(struct sv_qp *qp, uint32_t gen)
+{
+	sv_spin_lock(&qp->sq.lock);
+	qp->tx_claimed = false;
+	if (gen == qp->tx_gen)
+		return true;
+	if (qp->wire->direct_abandon)
+		qp->wire->direct_abandon(qp);
+	return false;
+}
 
 /* A header for a request of @w from this QP. */
 static struct sv_hdr req_hdr(struct sv_qp *qp, const struct sv_send_wqe *w, uint8_t op)
@@ -300,8 +330,23 @@ static enum tx_result tx_rdma(struct sv_qp *qp, struct sv_send_wqe *w)
 	 * its own library knows: XRC RDMA goes through the responder. */
 	if (!qp->wire->direct || type == IBV_QPT_XRC_SEND)
 		return tx_rdma_msgs(qp, w, iov, n_iov, total);
-	/* WRITEs sent as messages land first: a direct copy now could overtake them. */
-	d = qp->wire->direct(qp, w, iov, n_iov, total, !qp->msg_writes_out, &st);
+	/* The copy holds no lock: it works on a copy of the WQE (its slot may be flushed
+	 * and posted again meanwhile). WRITEs sent as messages land first: a direct copy now
+	 * could overtake them (may_place). */
+	{
+		struct {
+			struct sv_send_wqe w;
+			struct ibv_sge sge[SV_MAX_SGE];
+		} c;
+		bool may_place = !qp->msg_writes_out;
+		uint32_t gen;
+
+		memcpy(&c.w, w, sizeof(*w) + w->num_sge * sizeof(w->sge[0]));
+		gen = tx_claim(qp);
+		d = qp->wire->direct(qp, &c.w, iov, n_iov, total, may_place, &st);
+		if (!tx_unclaim(qp, gen))
+			return TX_GONE;
+	}
 	if (d == SV_DIRECT_NO)
 		return tx_rdma_msgs(qp, w, iov, n_iov, total);
 	if (d == SV_DIRECT_PENDING)
@@ -576,8 +621,8 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 {
 	struct sv_batch_item items[SV_BATCH_MAX];
 	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
-	uint32_t n = 0, took;
-	bool acked;
+	uint32_t n = 0, took, gen;
+	bool acked = false, may_place;
 
 	/* RC and UC: UD has no connection, XRC writes go through the responder (tx_rdma). */
 	if (!qp->wire->write_batch || (type != IBV_QPT_RC && type != IBV_QPT_UC))
@@ -595,6 +640,8 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 		    (!n && !qp->wire->batch_ready(qp, bytes)))
 			break;
 		it->w = w;
+		it->raddr = w->remote_addr;
+		it->rkey = w->rkey;
 		memcpy(it->iov, iov, (size_t)k * sizeof(iov[0]));
 		it->n_iov = k;
 		it->len = bytes;
@@ -602,7 +649,11 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 	}
 	if (n < 2)
 		return 0; /* a lone WRITE takes the ordinary path */
-	took = qp->wire->write_batch(qp, items, n, qp->next_msn + 1, !qp->msg_writes_out, &acked);
+	may_place = !qp->msg_writes_out;
+	gen = tx_claim(qp);
+	took = qp->wire->write_batch(qp, items, n, qp->next_msn + 1, may_place, &acked);
+	if (!tx_unclaim(qp, gen))
+		return UINT32_MAX; /* flushed meanwhile */
 	for (uint32_t i = 0; i < took; i++) {
 		struct sv_send_wqe *w = items[i].w;
 
@@ -624,8 +675,10 @@ void sv_qp_tx_locked(struct sv_qp *qp)
 {
 	enum ibv_qp_state st = qp->attr.qp_state;
 
-	/* IBA 10.8.3.3: nothing after a failed WR executes (it will be flushed). */
-	if (st != IBV_QPS_RTS || atomic_load(&qp->err_event) != SV_ERR_NONE || qp->tx_stopped)
+	/* IBA 10.8.3.3: nothing after a failed WR executes (it will be flushed). A claimed
+	 * transmit is another thread's: it goes on when its copy is done. */
+	if (st != IBV_QPS_RTS || atomic_load(&qp->err_event) != SV_ERR_NONE || qp->tx_stopped ||
+	    qp->tx_claimed)
 		return;
 	sv_set_hint(qp->tx_blocked, false);
 	sv_set_hint(qp->tx_kick, false);
@@ -636,9 +689,17 @@ void sv_qp_tx_locked(struct sv_qp *qp)
 		/* IBA 10.8.3.1: a fenced WR waits for earlier READs and atomics. */
 		if ((w->send_flags & IBV_SEND_FENCE) && qp->rd_atomic_out)
 			break;
-		if (w->opcode == IBV_WR_RDMA_WRITE && tx_write_batch(qp))
-			continue;
+		if (w->opcode == IBV_WR_RDMA_WRITE) {
+			uint32_t took = tx_write_batch(qp);
+
+			if (took == UINT32_MAX)
+				return; /* flushed while it copied */
+			if (took)
+				continue;
+		}
 		r = tx_one(qp, w);
+		if (r == TX_GONE)
+			return;
 		if (r == TX_BLOCKED) {
 			sv_set_hint(qp->tx_blocked, true);
 			break;

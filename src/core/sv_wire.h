@@ -119,10 +119,12 @@ enum sv_direct {
 
 /* One WRITE of a batch the core offers (sv_wire_ops.write_batch). */
 struct sv_batch_item {
-	struct sv_send_wqe *w;
-	struct iovec iov[4]; /* its local data, checked by the core */
+	struct sv_send_wqe *w; /* the core's: not to be read by the wire */
+	uint64_t raddr;
+	uint32_t rkey;
+	struct iovec iov[4];   /* its local data, checked by the core */
 	int n_iov;
-	uint64_t len;        /* > 0 */
+	uint64_t len;          /* > 0 */
 };
 
 enum { SV_BATCH_MAX = 64 };
@@ -164,10 +166,12 @@ struct sv_wire_ops {
 	/* sq.lock or rx_busy: transmits one segment or answer, its payload @iov (len
 	 * bytes). 0, or -EAGAIN when the wire is full (nothing was sent: retry later). */
 	int (*send)(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, int n_iov);
-	/* Optional, sq.lock: places an RDMA WRITE or READ (@w, its local data @iov) without
-	 * the responder's CPU, after the checks the responder published. @may_place: no
-	 * WRITE sent as messages waits for its acknowledgement (else PENDING: the direct
-	 * copy could overtake it). */
+	/* Optional: places an RDMA WRITE or READ (@w, a copy of the WQE; its local data @iov)
+	 * without the responder's CPU, after the checks the responder published. Called
+	 * WITHOUT sq.lock, the transmit claimed (qp->tx_claimed: nobody else transmits, and
+	 * the QP's peer stays; sv_qp_sq_lock_unclaimed), so that the copy, however large,
+	 * holds no lock. @may_place: no WRITE sent as messages waits for its
+	 * acknowledgement (else PENDING: the direct copy could overtake it). */
 	enum sv_direct (*direct)(struct sv_qp *qp, struct sv_send_wqe *w, const struct iovec *iov,
 				 int n_iov, uint64_t total, bool may_place,
 				 enum ibv_wc_status *status);
@@ -176,10 +180,11 @@ struct sv_wire_ops {
 	/* Optional, sq.lock: whether a run of plain RDMA WRITEs whose first carries
 	 * @first_len bytes could go as a batch (write_batch) now. Cheap: asked first. */
 	bool (*batch_ready)(struct sv_qp *qp, uint64_t first_len);
-	/* Optional, sq.lock: carries a run of plain RDMA WRITEs at once. Returns how many
-	 * of the first it took (0: none, the core sends them one by one); *acked: they
-	 * wait for the responder's acknowledgement (msn first_msn + i), else they are
-	 * placed. @may_place: no earlier WRITE waits for its acknowledgement. */
+	/* Optional: carries a run of plain RDMA WRITEs at once, called like direct (no
+	 * lock, the transmit claimed). Returns how many of the first it took (0: none, the
+	 * core sends them one by one); *acked: they wait for the responder's
+	 * acknowledgement (msn first_msn + i), else they are placed. @may_place: no earlier
+	 * WRITE waits for its acknowledgement. */
 	uint32_t (*write_batch)(struct sv_qp *qp, struct sv_batch_item *items, uint32_t n,
 				uint32_t first_msn, bool may_place, bool *acked);
 	/* Tells the responder that the requester gave up on @msn (RNR retries ran out). */

@@ -183,7 +183,7 @@ static void disconnect(struct sv_qp *qp)
 	struct shm_ud_dests *d;
 
 	rx_lock(qp);
-	sv_spin_lock(&qp->sq.lock);
+	sv_qp_sq_lock_unclaimed(qp); /* a claimed copy may be using the peer */
 	peer = s->peer;
 	s->peer = NULL;
 	set_hint(s->peer_local, false);
@@ -250,13 +250,16 @@ static int timers(struct sv_qp *qp)
 	if (!atomic_load_explicit(&s->peer_left, memory_order_relaxed) ||
 	    atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
 		return 0;
+	/* Not while a claimed copy may be using the peer: the next pass will do. */
 	if (!shm_fifo_peek(s->rx, &pos) && !pthread_spin_trylock(&qp->sq.lock)) {
-		shm_direct_abandon(qp);
-		gone = s->peer;
-		s->peer = NULL;
-		set_hint(s->peer_local, false);
-		atomic_store(&s->peer_left, false);
-		sv_comp_peer_gone(qp);
+		if (!qp->tx_claimed) {
+			shm_direct_abandon(qp);
+			gone = s->peer;
+			s->peer = NULL;
+			set_hint(s->peer_local, false);
+			atomic_store(&s->peer_left, false);
+			sv_comp_peer_gone(qp);
+		}
 		pthread_spin_unlock(&qp->sq.lock);
 	}
 	rx_unlock(qp);

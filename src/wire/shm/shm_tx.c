@@ -539,8 +539,8 @@ static uint32_t tiny_writes(struct sv_qp *qp, struct shm_peer *peer, struct sv_b
 			memcpy(rec[i].data + off, items[i].iov[j].iov_base, items[i].iov[j].iov_len);
 			off += (uint32_t)items[i].iov[j].iov_len;
 		}
-		rec[i].addr = items[i].w->remote_addr;
-		rec[i].rkey = items[i].w->rkey;
+		rec[i].addr = items[i].raddr;
+		rec[i].rkey = items[i].rkey;
 		rec[i].len = (uint32_t)items[i].len;
 	}
 	/* One message, one reservation and one publishing fence for the whole burst (or
@@ -575,7 +575,7 @@ uint32_t shm_write_batch(struct sv_qp *qp, struct sv_batch_item *items, uint32_t
 	for (; m < n; m++) {
 		uint64_t va;
 
-		if (remote_range(peer, items[m].w->rkey, items[m].w->remote_addr, items[m].len,
+		if (remote_range(peer, items[m].rkey, items[m].raddr, items[m].len,
 				 IBV_ACCESS_REMOTE_WRITE, &va) ||
 		    (items[m].len >= SV_ASSIST_MIN && shm_assist_on()))
 			break;
