@@ -106,7 +106,7 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 {
 	struct sv_context *ctx;
 	struct sv_qp *qp;
-	uint32_t qpn;
+	uint32_t qpn = 0; /* no number taken: QPN 0 is never handed out (sv_qpn.c) */
 	int err;
 
 	if (!context || !attr)
