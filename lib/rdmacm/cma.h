@@ -15,6 +15,7 @@
 #ifndef CMA_H
 #define CMA_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -184,6 +185,13 @@ struct cma_mc {
 static inline struct cma_id *to_cma_id(struct rdma_cm_id *id)
 {
 	return (struct cma_id *)id;
+}
+
+/* -1 with errno set: how every rdma_* call reports a failure. */
+static inline int fail(int err)
+{
+	errno = err;
+	return -1;
 }
 
 extern pthread_mutex_t cma_lock;

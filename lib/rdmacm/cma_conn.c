@@ -26,9 +26,9 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "util/sv_time.h"
 #include "wire/iwarp/iw_mpa.h"
 
 #define REQUEST_WAIT_NS 5000000000ull  /* an accepted connection has this long to ask */
@@ -42,20 +42,6 @@ static struct {
 	int kick;                  /* eventfd: deadlines changed, graveyard to empty */
 	struct cma_id *graveyard;  /* ids to free once no epoll batch can name them */
 } cm = { .epfd = -1, .kick = -1 };
-
-static int fail(int err)
-{
-	errno = err;
-	return -1;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void cma_kick(void)
 {
@@ -248,7 +234,7 @@ static void listener_accept(struct cma_id *l)
 		p->parent = l;
 		p->next_pending = l->pending;
 		l->pending = p;
-		p->deadline_ns = now_ns() + REQUEST_WAIT_NS;
+		p->deadline_ns = sv_now_ns() + REQUEST_WAIT_NS;
 		cma_watch(p, EPOLLIN | EPOLLRDHUP);
 	}
 }
@@ -371,7 +357,7 @@ static void active_refused(struct cma_id *id)
 
 static void refused(struct cma_id *id)
 {
-	uint64_t now = now_ns();
+	uint64_t now = sv_now_ns();
 
 	if (now - id->connect_start_ns < REFUSED_GRACE_NS) {
 		cma_unwatch(id);
@@ -417,7 +403,7 @@ static void active_connected(struct cma_id *id)
 		return;
 	}
 	id->req_sent = true;
-	id->deadline_ns = now_ns() + REPLY_WAIT_NS;
+	id->deadline_ns = sv_now_ns() + REPLY_WAIT_NS;
 	cma_watch(id, EPOLLIN | EPOLLRDHUP);
 }
 
@@ -668,13 +654,13 @@ static void *cm_main(void *arg)
 
 		pthread_mutex_lock(&cma_lock);
 		free_graveyard();
-		next = expire(now_ns());
+		next = expire(sv_now_ns());
 		pthread_mutex_unlock(&cma_lock);
 		if (!next) {
 			timeout = -1;
 		} else {
 			/* The deadline may have passed since expire() looked: then look now. */
-			int64_t left = (int64_t)(next - now_ns());
+			int64_t left = (int64_t)(next - sv_now_ns());
 
 			timeout = left <= 0 ? 0 : (int)(left / 1000000) + 1;
 		}
@@ -701,7 +687,7 @@ static void *cm_main(void *arg)
 
 uint32_t cma_random_psn(const struct cma_id *id)
 {
-	uint64_t x = now_ns() ^ (uintptr_t)id;
+	uint64_t x = sv_now_ns() ^ (uintptr_t)id;
 
 	x ^= x >> 29;
 	x *= 0xbf58476d1ce4e5b9ull;
@@ -863,7 +849,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 			    (socklen_t)cma_sockaddr_len(&id->route.addr.dst_addr)) &&
 	    errno != EINPROGRESS)
 		err = errno;
-	cid->connect_start_ns = now_ns();
+	cid->connect_start_ns = sv_now_ns();
 	cid->retrying = false;
 	if (err == ECONNREFUSED) {
 		/* Loopback can refuse at once: the same as a refusal seen later. */
@@ -872,7 +858,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		refused(cid);
 	} else if (!err) {
 		cid->state = CMA_CONNECT;
-		cid->deadline_ns = now_ns() + REPLY_WAIT_NS;
+		cid->deadline_ns = sv_now_ns() + REPLY_WAIT_NS;
 		cma_watch(cid, EPOLLOUT);
 	}
 	pthread_mutex_unlock(&cma_lock);
@@ -955,7 +941,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 			cid->state = CMA_CONNECTED;
 		} else {
 			cid->state = CMA_ACCEPTED;
-			cid->deadline_ns = now_ns() + REPLY_WAIT_NS;
+			cid->deadline_ns = sv_now_ns() + REPLY_WAIT_NS;
 			cma_kick();
 		}
 	} else if (cid->state != CMA_ERROR) {

@@ -34,12 +34,6 @@ const char *const cma_state_name[] = {
 	[CMA_DISCONNECTED] = "DISCONNECTED", [CMA_ERROR] = "ERROR",
 };
 
-static int fail(int err)
-{
-	errno = err;
-	return -1;
-}
-
 /* SOFTVERBS_LOG applies to this library too (it has its own copy of the logger). */
 __attribute__((constructor)) static void cma_init(void)
 {

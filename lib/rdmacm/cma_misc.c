@@ -14,12 +14,6 @@
 #include <poll.h>
 #include <rdma/rsocket.h>
 
-static int fail(int err)
-{
-	errno = err;
-	return -1;
-}
-
 /*
  * Multicast on this host: a join needs no fabric, so MULTICAST_JOIN comes at once. As
  * in rdma-core, reading that event attaches the id's QP (unless send-only); the event

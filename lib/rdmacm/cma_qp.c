@@ -9,12 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(int err)
-{
-	errno = err;
-	return -1;
-}
-
 int cma_sgid_index(struct cma_id *id)
 {
 	struct ibv_port_attr port;
