@@ -15,6 +15,7 @@
 #ifndef CMA_H
 #define CMA_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -123,7 +124,7 @@ struct cma_channel {
 	struct cma_event *head, *tail;
 	int ids;                      /* ids using it */
 	int readers;                  /* threads inside rdma_get_cm_event on it */
-	bool dead;                    /* destroyed (kept a while: cma_id.c, channel_bury) */
+	bool dead;                    /* destroyed (kept a while: cma_core.c, channel_bury) */
 	bool orphan;                  /* dead and out of the kept ones: the last reader frees */
 };
 
@@ -186,48 +187,84 @@ static inline struct cma_id *to_cma_id(struct rdma_cm_id *id)
 	return (struct cma_id *)id;
 }
 
+/* -1 with errno set: how every rdma_* call reports a failure. */
+static inline int fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
+/*
+ * The files, from the bottom up; each calls only files listed before it (no circle):
+ *   cma_addr.c    addresses and sockets (pure functions)
+ *   cma_core.c    the lock, the ids, the device, channels and their event queues, the CM
+ *                 thread (epoll, deadlines, graveyard) run with the handlers it is given
+ *   cma_qp.c      the id's QP: its moves, its multicast attachments, QP and SRQ calls
+ *   cma_event.c   reading events (and the work reading does), acks, synchronous waits
+ *   cma_conn.c    the handshake: the CM thread's handlers, connect / accept / reject /
+ *                 disconnect
+ *   cma_misc.c    multicast join and leave, ECE, rsockets
+ *   cma_id.c      the id calls: channels, create / destroy, bind, resolve, listen, options
+ *   cma_ep.c      rdma_create_ep, rdma_destroy_ep, rdma_get_request
+ *   cma_addrinfo.c  rdma_getaddrinfo (the device only)
+ */
+
 extern pthread_mutex_t cma_lock;
 
-/* cma_id.c */
-struct ibv_context *cma_device(void);
-struct ibv_pd *cma_default_pd(struct ibv_context *ctx);
-struct cma_event *cma_event_new(struct cma_id *id, enum rdma_cm_event_type type, int status);
-void cma_event_post(struct cma_event *e);
-struct cma_id *cma_id_new(struct cma_channel *chan, void *context, enum rdma_port_space ps);
-int cma_wait_event(struct cma_id *id);
-void cma_id_fill_route(struct cma_id *id);
+/* cma_addr.c */
 int cma_sockaddr_len(const struct sockaddr *sa);
+bool cma_addr_is_local(const struct sockaddr *sa);
+bool cma_addr_is_multicast(const struct sockaddr *sa);
+void cma_gid_from_addr(union ibv_gid *gid, const struct sockaddr *sa);
 uint16_t cma_port_of(const struct sockaddr *sa);
 int cma_bound_socket(const struct cma_id *id, const struct sockaddr *addr);
-bool cma_addr_is_local(const struct sockaddr *sa);
-void cma_gid_from_addr(union ibv_gid *gid, const struct sockaddr *sa);
-void cma_id_release(struct cma_id *id);
-struct cma_id *cma_all_ids(void);
+int cma_send_all(int fd, const void *buf, size_t len);
 
-/* cma_conn.c: the CM thread and the handshake */
-int cma_thread_start(void);
+/* cma_core.c */
+struct ibv_context *cma_device(void);
+struct ibv_pd *cma_default_pd(struct ibv_context *ctx);
+struct cma_id *cma_id_new(struct cma_channel *chan, void *context, enum rdma_port_space ps);
+void cma_id_free_locked(struct cma_id *id);
+void cma_id_release(struct cma_id *id);
+void cma_id_fill_route(struct cma_id *id);
+struct cma_channel *cma_channel_new(void);
+void cma_channel_free(struct cma_channel *c);
+void cma_channel_unlink(struct cma_channel *c, struct cma_event *e);
+struct cma_event *cma_event_new(struct cma_id *id, enum rdma_cm_event_type type, int status);
+void cma_event_post(struct cma_event *e);
+
+/* What the CM thread does, under cma_lock: input (or hang-up) on an id's socket, and an
+ * id's deadline passed. */
+struct cma_handlers {
+	void (*input)(struct cma_id *id, uint32_t events);
+	void (*timeout)(struct cma_id *id);
+};
+int cma_thread_start(const struct cma_handlers *handlers);
 void cma_watch(struct cma_id *id, uint32_t events);
 void cma_unwatch(struct cma_id *id);
 void cma_kick(void);
-int cma_start_connect(struct cma_id *id);
-int cma_send_reply(struct cma_id *id, bool reject, const void *pd, uint8_t pd_len);
-int cma_send_rtu(struct cma_id *id);
-uint32_t cma_random_psn(const struct cma_id *id);
 void cma_close_fd(struct cma_id *id);
 void cma_graveyard(struct cma_id *id);
+
+/* cma_qp.c */
+int cma_qp_init(struct cma_id *id, struct ibv_qp *qp);
+int cma_qp_to_rts(struct cma_id *id);
+void cma_qp_to_error(struct cma_id *id);
+int cma_mc_attach(struct cma_id *id, const union ibv_gid *mgid);
+void cma_fill_info(struct cma_id *id, struct cma_info *info, uint8_t user_len);
+int cma_sgid_index(struct cma_id *id);
+
+/* cma_event.c */
+void cma_event_ack_locked(struct cma_event *e);
+int cma_wait_event(struct cma_id *id);
+int cma_send_rtu(struct cma_id *id);
+
+/* cma_conn.c: the handshake */
+int cma_conn_start(void);
+uint32_t cma_random_psn(const struct cma_id *id);
 void cma_refuse_unanswered(struct cma_id *id);
-void cma_event_process(struct cma_event *e);
 
 /* cma_misc.c */
 void cma_mc_leave_all(struct cma_id *id);
-int cma_mc_attach(struct cma_id *id, const union ibv_gid *mgid);
-bool cma_addr_is_multicast(const struct sockaddr *sa);
-
-/* cma_qp.c */
-int cma_qp_to_rts(struct cma_id *id);
-void cma_qp_to_error(struct cma_id *id);
-int cma_qp_init(struct cma_id *id, struct ibv_qp *qp);
-void cma_fill_info(struct cma_id *id, struct cma_info *info, uint8_t user_len);
-int cma_sgid_index(struct cma_id *id);
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * Connection setup: the CM thread and the handshake over TCP.
+ * Connection setup: the handshake over TCP, and what the CM thread (cma_core.c) does on
+ * input and at deadlines.
  *
  * Active side                          Passive side (listener)
  *   TCP connect ------------------------> accept, wait for the request (5 s at most)
@@ -20,87 +21,18 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "util/sv_time.h"
 #include "wire/iwarp/iw_mpa.h"
 
 #define REQUEST_WAIT_NS 5000000000ull  /* an accepted connection has this long to ask */
 #define REPLY_WAIT_NS 30000000000ull   /* the listener's application has this long to answer */
 enum { MAX_PENDING = 256 };            /* accepted connections still silent, per listener */
-
-static struct {
-	pthread_t thread;
-	bool started;
-	int epfd;
-	int kick;                  /* eventfd: deadlines changed, graveyard to empty */
-	struct cma_id *graveyard;  /* ids to free once no epoll batch can name them */
-} cm = { .epfd = -1, .kick = -1 };
-
-static int fail(int err)
-{
-	errno = err;
-	return -1;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-void cma_kick(void)
-{
-	uint64_t one = 1;
-
-	if (cm.kick >= 0 && write(cm.kick, &one, sizeof(one)) < 0)
-		sv_dbg("rdma_cm: kick: %s", strerror(errno));
-}
-
-void cma_watch(struct cma_id *id, uint32_t events)
-{
-	struct epoll_event ev = { .events = events, .data.ptr = id };
-
-	if (id->fd < 0)
-		return;
-	if (epoll_ctl(cm.epfd, id->in_epoll ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, id->fd, &ev))
-		sv_err("rdma_cm: epoll_ctl: %s", strerror(errno));
-	else
-		id->in_epoll = true;
-	cma_kick(); /* a deadline may have come with it */
-}
-
-void cma_unwatch(struct cma_id *id)
-{
-	if (id->in_epoll && id->fd >= 0)
-		epoll_ctl(cm.epfd, EPOLL_CTL_DEL, id->fd, NULL);
-	id->in_epoll = false;
-}
-
-void cma_close_fd(struct cma_id *id)
-{
-	cma_unwatch(id);
-	if (id->fd >= 0)
-		close(id->fd);
-	id->fd = -1;
-	id->deadline_ns = 0;
-}
-
-/* The CM thread may hold @id from an epoll batch it has not finished; it frees. */
-void cma_graveyard(struct cma_id *id)
-{
-	id->next = cm.graveyard;
-	cm.graveyard = id;
-	cma_kick();
-}
 
 static struct cma_event *post(struct cma_id *id, enum rdma_cm_event_type type, int status)
 {
@@ -108,31 +40,6 @@ static struct cma_event *post(struct cma_id *id, enum rdma_cm_event_type type, i
 
 	cma_event_post(e);
 	return e;
-}
-
-/* Sends all of @len bytes now: they are small and the socket is fresh. */
-static int send_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN) {
-			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-
-			if (poll(&pfd, 1, 1000) <= 0)
-				return -ETIMEDOUT;
-			continue;
-		}
-		if (n <= 0)
-			return n < 0 ? -errno : -EPIPE;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
 }
 
 /* Builds PD = user bytes + our trailer and sends the frame. */
@@ -156,7 +63,7 @@ static int send_frame(struct cma_id *id, enum iw_mpa_kind kind, uint8_t flags,
 	len = iw_mpa_build(frame, sizeof(frame), kind, flags, pd, pd_len);
 	if (len < 0)
 		return len;
-	return send_all(id->fd, frame, (size_t)len);
+	return cma_send_all(id->fd, frame, (size_t)len);
 }
 
 /* Our trailer at the end of the peer's private data, if it is there. Returns the user's
@@ -248,7 +155,7 @@ static void listener_accept(struct cma_id *l)
 		p->parent = l;
 		p->next_pending = l->pending;
 		l->pending = p;
-		p->deadline_ns = now_ns() + REQUEST_WAIT_NS;
+		p->deadline_ns = sv_now_ns() + REQUEST_WAIT_NS;
 		cma_watch(p, EPOLLIN | EPOLLRDHUP);
 	}
 }
@@ -371,7 +278,7 @@ static void active_refused(struct cma_id *id)
 
 static void refused(struct cma_id *id)
 {
-	uint64_t now = now_ns();
+	uint64_t now = sv_now_ns();
 
 	if (now - id->connect_start_ns < REFUSED_GRACE_NS) {
 		cma_unwatch(id);
@@ -417,7 +324,7 @@ static void active_connected(struct cma_id *id)
 		return;
 	}
 	id->req_sent = true;
-	id->deadline_ns = now_ns() + REPLY_WAIT_NS;
+	id->deadline_ns = sv_now_ns() + REPLY_WAIT_NS;
 	cma_watch(id, EPOLLIN | EPOLLRDHUP);
 }
 
@@ -467,7 +374,7 @@ static void active_reply(struct cma_id *id, const struct iw_mpa_frame *f)
 	/* IB CM: each side's view is the peer's values swapped. */
 	id->resp_res = id->remote.ord;
 	id->init_depth = id->remote.ird;
-	/* The QP moves when the application reads the event (cma_event_process). */
+	/* The QP moves when the application reads the event (cma_event.c, event_process). */
 	id->state = CMA_REPLIED;
 	e = cma_event_new(id, RDMA_CM_EVENT_CONNECT_RESPONSE, 0);
 	if (e) {
@@ -644,64 +551,18 @@ static void on_timeout(struct cma_id *id)
 	}
 }
 
-static void free_graveyard(void)
+/* Starts the CM thread (once), with the handshake as what it does on input and at
+ * deadlines. */
+int cma_conn_start(void)
 {
-	while (cm.graveyard) {
-		struct cma_id *id = cm.graveyard;
+	static const struct cma_handlers handshake = { .input = on_input, .timeout = on_timeout };
 
-		cm.graveyard = id->next;
-		free(id);
-	}
-}
-
-/* Every id with a deadline, and the nearest of them (walks the ids with pending
- * connections too: those hang off their listeners). */
-static uint64_t expire(uint64_t now);
-
-static void *cm_main(void *arg)
-{
-	(void)arg;
-	for (;;) {
-		struct epoll_event evs[32];
-		uint64_t next;
-		int timeout, n;
-
-		pthread_mutex_lock(&cma_lock);
-		free_graveyard();
-		next = expire(now_ns());
-		pthread_mutex_unlock(&cma_lock);
-		if (!next) {
-			timeout = -1;
-		} else {
-			/* The deadline may have passed since expire() looked: then look now. */
-			int64_t left = (int64_t)(next - now_ns());
-
-			timeout = left <= 0 ? 0 : (int)(left / 1000000) + 1;
-		}
-		n = epoll_wait(cm.epfd, evs, 32, timeout);
-		pthread_mutex_lock(&cma_lock);
-		for (int i = 0; i < n; i++) {
-			struct cma_id *id = evs[i].data.ptr;
-			uint64_t v;
-
-			if (!id) {
-				if (read(cm.kick, &v, sizeof(v)) < 0)
-					v = 0;
-				continue;
-			}
-			/* Closed since the batch was taken: its memory waits in the graveyard. */
-			if (id->fd < 0 || !id->in_epoll)
-				continue;
-			on_input(id, evs[i].events);
-		}
-		pthread_mutex_unlock(&cma_lock);
-	}
-	return NULL;
+	return cma_thread_start(&handshake);
 }
 
 uint32_t cma_random_psn(const struct cma_id *id)
 {
-	uint64_t x = now_ns() ^ (uintptr_t)id;
+	uint64_t x = sv_now_ns() ^ (uintptr_t)id;
 
 	x ^= x >> 29;
 	x *= 0xbf58476d1ce4e5b9ull;
@@ -709,103 +570,7 @@ uint32_t cma_random_psn(const struct cma_id *id)
 	return (uint32_t)x & 0xffffff;
 }
 
-static uint64_t expire(uint64_t now)
-{
-	uint64_t next = 0;
-
-	for (struct cma_id *id = cma_all_ids(), *nx; id; id = nx) {
-		nx = id->next;
-		if (!id->deadline_ns)
-			continue;
-		if (id->deadline_ns <= now) {
-			on_timeout(id);
-			continue;
-		}
-		if (!next || id->deadline_ns < next)
-			next = id->deadline_ns;
-	}
-	return next;
-}
-
-int cma_thread_start(void)
-{
-	static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
-	int err = 0;
-
-	pthread_mutex_lock(&once);
-	if (!cm.started) {
-		cm.epfd = epoll_create1(EPOLL_CLOEXEC);
-		cm.kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		if (cm.epfd < 0 || cm.kick < 0 || epoll_ctl(cm.epfd, EPOLL_CTL_ADD, cm.kick, &ev))
-			err = errno;
-		else if ((err = pthread_create(&cm.thread, NULL, cm_main, NULL)) == 0)
-			cm.started = true;
-		if (err) {
-			if (cm.epfd >= 0)
-				close(cm.epfd);
-			if (cm.kick >= 0)
-				close(cm.kick);
-			cm.epfd = cm.kick = -1;
-		}
-	}
-	pthread_mutex_unlock(&once);
-	return err ? fail(err) : 0;
-}
-
-/* --- reading an event ---------------------------------------------------------------- */
-
-/* Under cma_lock, in the thread that read @e. */
-void cma_event_process(struct cma_event *e)
-{
-	struct cma_id *id = e->owner;
-	int err;
-
-	switch (e->work) {
-	case CMA_WORK_JOIN:
-		err = cma_mc_attach(id, &e->mgid);
-		if (err) {
-			e->ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
-			e->ev.status = err;
-		}
-		break;
-	case CMA_WORK_QP_ERROR:
-		cma_qp_to_error(id);
-		break;
-	case CMA_WORK_REPLY:
-		if (id->state != CMA_REPLIED)
-			break;
-		if (!id->id.qp) {
-			/* The application drives its own QP: it calls rdma_establish. */
-			id->state = CMA_RESPONSE;
-			break;
-		}
-		err = id->peer_closed ? -ECONNRESET : cma_qp_to_rts(id);
-		if (!err)
-			err = cma_send_rtu(id);
-		if (err) {
-			cma_close_fd(id);
-			cma_qp_to_error(id);
-			id->state = CMA_ERROR;
-			e->ev.event = RDMA_CM_EVENT_CONNECT_ERROR;
-			e->ev.status = err;
-			break;
-		}
-		id->state = CMA_CONNECTED;
-		e->ev.event = RDMA_CM_EVENT_ESTABLISHED;
-		break;
-	default:
-		break;
-	}
-	e->work = CMA_WORK_NONE;
-}
-
 /* --- the calls ----------------------------------------------------------------------- */
-
-int cma_send_rtu(struct cma_id *id)
-{
-	return send_all(id->fd, CMA_RTU, CMA_RTU_LEN);
-}
 
 /* The device's RDMA read depth, what 0xFF (RDMA_MAX_RESP_RES / _INIT_DEPTH) asks for. */
 static uint8_t device_rd_atom(struct cma_id *id, bool initiator)
@@ -863,7 +628,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 			    (socklen_t)cma_sockaddr_len(&id->route.addr.dst_addr)) &&
 	    errno != EINPROGRESS)
 		err = errno;
-	cid->connect_start_ns = now_ns();
+	cid->connect_start_ns = sv_now_ns();
 	cid->retrying = false;
 	if (err == ECONNREFUSED) {
 		/* Loopback can refuse at once: the same as a refusal seen later. */
@@ -872,7 +637,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		refused(cid);
 	} else if (!err) {
 		cid->state = CMA_CONNECT;
-		cid->deadline_ns = now_ns() + REPLY_WAIT_NS;
+		cid->deadline_ns = sv_now_ns() + REPLY_WAIT_NS;
 		cma_watch(cid, EPOLLOUT);
 	}
 	pthread_mutex_unlock(&cma_lock);
@@ -955,7 +720,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 			cid->state = CMA_CONNECTED;
 		} else {
 			cid->state = CMA_ACCEPTED;
-			cid->deadline_ns = now_ns() + REPLY_WAIT_NS;
+			cid->deadline_ns = sv_now_ns() + REPLY_WAIT_NS;
 			cma_kick();
 		}
 	} else if (cid->state != CMA_ERROR) {

@@ -1,90 +1,18 @@
 /*
- * Event channels, ids and their events; binding and address / route resolution.
- * Connection setup over TCP lives in cma_conn.c, QPs in cma_qp.c.
+ * The id calls: the device list, event channels, creating and destroying ids, binding,
+ * address and route resolution, listening, migrating, options. What they stand on is in
+ * cma_core.c (ids, channels, events) and cma_addr.c; the handshake is cma_conn.c's.
  */
 #include "cma.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ifaddrs.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-pthread_mutex_t cma_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct cma_id *all_ids;
-
-struct cma_id *cma_all_ids(void)
-{
-	return all_ids;
-}
-
-const char *const cma_state_name[] = {
-	[CMA_IDLE] = "IDLE",           [CMA_ADDR_QUERY] = "ADDR_QUERY",
-	[CMA_ADDR_BOUND] = "ADDR_BOUND", [CMA_ROUTE_RESOLVED] = "ROUTE_RESOLVED",
-	[CMA_LISTEN] = "LISTEN",       [CMA_CONNECT] = "CONNECT",
-	[CMA_REPLIED] = "REPLIED",     [CMA_REQ_RCVD] = "REQ_RCVD",   [CMA_ACCEPTED] = "ACCEPTED",
-	[CMA_RESPONSE] = "RESPONSE",   [CMA_CONNECTED] = "CONNECTED",
-	[CMA_DISCONNECTED] = "DISCONNECTED", [CMA_ERROR] = "ERROR",
-};
-
-static int fail(int err)
-{
-	errno = err;
-	return -1;
-}
-
-/* SOFTVERBS_LOG applies to this library too (it has its own copy of the logger). */
-__attribute__((constructor)) static void cma_init(void)
-{
-	sv_log_init();
-}
-
-/* --- the device ---------------------------------------------------------------------- */
-
-static struct ibv_context *device_ctx;
-static struct ibv_pd *device_pd;
-
-/* The one device, opened once and kept: rdma_cm ids share it (id->verbs). */
-struct ibv_context *cma_device(void)
-{
-	static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
-	struct ibv_device **list;
-	int n = 0;
-
-	pthread_mutex_lock(&once);
-	if (!device_ctx) {
-		list = ibv_get_device_list(&n);
-		if (list && n > 0)
-			device_ctx = ibv_open_device(list[0]);
-		if (list)
-			ibv_free_device_list(list);
-	}
-	pthread_mutex_unlock(&once);
-	if (!device_ctx)
-		errno = ENODEV;
-	return device_ctx;
-}
-
-/* What rdma_create_qp uses when the caller gives no PD (one per process, kept). */
-struct ibv_pd *cma_default_pd(struct ibv_context *ctx)
-{
-	static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
-	struct ibv_pd *pd;
-
-	pthread_mutex_lock(&once);
-	if (!device_pd && ctx)
-		device_pd = ibv_alloc_pd(ctx);
-	pd = device_pd;
-	pthread_mutex_unlock(&once);
-	return pd;
-}
 
 struct ibv_context **rdma_get_devices(int *num_devices)
 {
@@ -107,76 +35,11 @@ void rdma_free_devices(struct ibv_context **list)
 
 /* --- addresses ----------------------------------------------------------------------- */
 
-int cma_sockaddr_len(const struct sockaddr *sa)
-{
-	switch (sa->sa_family) {
-	case AF_INET:
-		return sizeof(struct sockaddr_in);
-	case AF_INET6:
-		return sizeof(struct sockaddr_in6);
-	default:
-		return 0;
-	}
-}
-
 static bool addr_any(const struct sockaddr *sa)
 {
 	if (sa->sa_family == AF_INET)
 		return ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
 	return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
-}
-
-static bool same_ip(const struct sockaddr *a, const struct sockaddr *b)
-{
-	if (a->sa_family != b->sa_family)
-		return false;
-	if (a->sa_family == AF_INET)
-		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-		       &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
-}
-
-/* An address of this host (of any of its interfaces, or loopback). */
-bool cma_addr_is_local(const struct sockaddr *sa)
-{
-	struct ifaddrs *ifs, *i;
-	bool local = false;
-
-	if (sa->sa_family == AF_INET &&
-	    (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127)
-		return true;
-	if (sa->sa_family == AF_INET6 &&
-	    IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr))
-		return true;
-	if (getifaddrs(&ifs))
-		return false;
-	for (i = ifs; i && !local; i = i->ifa_next)
-		local = i->ifa_addr && same_ip(i->ifa_addr, sa);
-	freeifaddrs(ifs);
-	return local;
-}
-
-/* The GID an IP address has in the device's table: IPv4 mapped, IPv6 as is. */
-void cma_gid_from_addr(union ibv_gid *gid, const struct sockaddr *sa)
-{
-	memset(gid, 0, sizeof(*gid));
-	if (sa->sa_family == AF_INET) {
-		gid->raw[10] = 0xff;
-		gid->raw[11] = 0xff;
-		memcpy(&gid->raw[12], &((const struct sockaddr_in *)sa)->sin_addr, 4);
-	} else if (sa->sa_family == AF_INET6) {
-		memcpy(gid->raw, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
-	}
-}
-
-uint16_t cma_port_of(const struct sockaddr *sa)
-{
-	if (sa->sa_family == AF_INET)
-		return ntohs(((const struct sockaddr_in *)sa)->sin_port);
-	if (sa->sa_family == AF_INET6)
-		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
-	return 0;
 }
 
 static int check_family(const struct sockaddr *sa)
@@ -190,79 +53,15 @@ static int check_family(const struct sockaddr *sa)
 
 /* --- event channels ------------------------------------------------------------------ */
 
-static struct cma_channel *channel_new(void)
-{
-	struct cma_channel *c = calloc(1, sizeof(*c));
-
-	if (!c)
-		return NULL;
-	c->ch.fd = eventfd(0, EFD_SEMAPHORE | EFD_CLOEXEC);
-	if (c->ch.fd < 0) {
-		free(c);
-		return NULL;
-	}
-	return c;
-}
-
-/*
- * Destroyed channels, kept a while: a thread may still be inside rdma_get_cm_event on
- * one (rping destroys the channel its CM thread blocks on, which rdma-core survives
- * because the blocked read never returns), or enter it just after (rping's CM thread,
- * late on a loaded machine: it gets EBADF, as a read of the closed descriptor would,
- * instead of reading freed memory). The oldest goes once CMA_DEAD_KEPT are kept and
- * nobody is inside it.
- */
-enum { CMA_DEAD_KEPT = 64 };
-static struct cma_channel *dead_channels[CMA_DEAD_KEPT]; /* under cma_lock */
-static unsigned int dead_next;
-
-static void channel_bury(struct cma_channel *c)
-{
-	struct cma_channel *old = dead_channels[dead_next];
-
-	if (old && !old->readers)
-		free(old);
-	else if (old)
-		old->orphan = true; /* its last reader frees it */
-	dead_channels[dead_next] = c;
-	dead_next = (dead_next + 1) % CMA_DEAD_KEPT;
-}
-
-__attribute__((destructor)) static void dead_channels_free(void)
-{
-	pthread_mutex_lock(&cma_lock);
-	for (unsigned int i = 0; i < CMA_DEAD_KEPT; i++) {
-		if (dead_channels[i] && !dead_channels[i]->readers)
-			free(dead_channels[i]);
-		dead_channels[i] = NULL;
-	}
-	pthread_mutex_unlock(&cma_lock);
-}
-
-/* Ends @c (under cma_lock). */
-static void channel_free(struct cma_channel *c)
-{
-	struct cma_event *e, *next;
-
-	for (e = c->head; e; e = next) {
-		next = e->next;
-		free(e);
-	}
-	c->head = c->tail = NULL;
-	close(c->ch.fd);
-	c->dead = true;
-	channel_bury(c);
-}
-
 struct rdma_event_channel *rdma_create_event_channel(void)
 {
 	struct cma_channel *c;
 
 	if (!cma_device())
 		return NULL;
-	if (cma_thread_start())
+	if (cma_conn_start())
 		return NULL;
-	c = channel_new();
+	c = cma_channel_new();
 	return c ? &c->ch : NULL;
 }
 
@@ -280,198 +79,11 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		pthread_mutex_unlock(&cma_lock);
 		return;
 	}
-	channel_free(c);
+	cma_channel_free(c);
 	pthread_mutex_unlock(&cma_lock);
-}
-
-/* --- events -------------------------------------------------------------------------- */
-
-struct cma_event *cma_event_new(struct cma_id *id, enum rdma_cm_event_type type, int status)
-{
-	struct cma_event *e = calloc(1, sizeof(*e));
-
-	if (!e) {
-		sv_err("rdma_cm: out of memory for a %s event", rdma_event_str(type));
-		return NULL;
-	}
-	e->owner = id;
-	e->ev.id = &id->id;
-	e->ev.event = type;
-	e->ev.status = status;
-	return e;
-}
-
-/* Queues @e on its owner's channel and counts it on the channel's fd. Under cma_lock. */
-void cma_event_post(struct cma_event *e)
-{
-	struct cma_channel *c;
-	uint64_t one = 1;
-
-	if (!e)
-		return;
-	c = e->owner->chan;
-	if (c->tail)
-		c->tail->next = e;
-	else
-		c->head = e;
-	c->tail = e;
-	if (write(c->ch.fd, &one, sizeof(one)) != sizeof(one))
-		sv_err("rdma_cm: event channel count failed: %s", strerror(errno));
-}
-
-/* Takes @e off @c's queue with its count (under cma_lock). The fd's count always equals
- * the events queued, and only holders of cma_lock take counts, so the read of one
- * count never blocks. */
-static void channel_unlink(struct cma_channel *c, struct cma_event *e)
-{
-	struct cma_event **p;
-	uint64_t v;
-
-	for (p = &c->head; *p; p = &(*p)->next) {
-		if (*p != e)
-			continue;
-		*p = e->next;
-		if (c->tail == e) {
-			c->tail = NULL;
-			for (struct cma_event *x = c->head; x; x = x->next)
-				c->tail = x;
-		}
-		e->next = NULL;
-		if (read(c->ch.fd, &v, sizeof(v)) != sizeof(v))
-			sv_err("rdma_cm: event channel count lost: %s", strerror(errno));
-		return;
-	}
-}
-
-int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
-{
-	struct cma_channel *c = (struct cma_channel *)channel;
-	struct cma_event *e = NULL;
-	int err = 0;
-
-	if (!c || !event)
-		return fail(EINVAL);
-	pthread_mutex_lock(&cma_lock);
-	if (c->dead) {
-		pthread_mutex_unlock(&cma_lock);
-		return fail(EBADF);
-	}
-	c->readers++;
-	pthread_mutex_unlock(&cma_lock);
-	for (;;) {
-		struct pollfd pfd = { .fd = c->ch.fd, .events = POLLIN };
-		int flags;
-
-		/* Wait (unless the application made the fd non-blocking) without taking a
-		 * count: counts are taken with the event, under the lock. */
-		flags = fcntl(c->ch.fd, F_GETFL);
-		if (flags < 0 || (poll(&pfd, 1, flags & O_NONBLOCK ? 0 : -1) < 0 && errno != EINTR)) {
-			err = errno;
-			pthread_mutex_lock(&cma_lock);
-			break;
-		}
-		pthread_mutex_lock(&cma_lock);
-		if (c->dead) {
-			err = EBADF;
-			break;
-		}
-		e = c->head;
-		if (e) {
-			channel_unlink(c, e);
-			e->owner->events_out++;
-			if (e->child)
-				e->child->events_out++;
-			cma_event_process(e);
-			break;
-		}
-		pthread_mutex_unlock(&cma_lock);
-		if (flags & O_NONBLOCK) {
-			pthread_mutex_lock(&cma_lock);
-			err = EAGAIN;
-			break;
-		}
-	}
-	/* Under cma_lock here. */
-	if (--c->readers == 0 && c->orphan)
-		free(c);
-	pthread_mutex_unlock(&cma_lock);
-	if (!e)
-		return fail(err ? err : EAGAIN);
-	*event = &e->ev;
-	return 0;
-}
-
-static void id_free_locked(struct cma_id *id);
-
-static void event_ack_locked(struct cma_event *e)
-{
-	struct cma_id *owner = e->owner, *child = e->child;
-
-	free(e);
-	if (child && --child->events_out == 0 && child->destroyed)
-		id_free_locked(child);
-	if (--owner->events_out == 0 && owner->destroyed)
-		id_free_locked(owner);
-}
-
-int rdma_ack_cm_event(struct rdma_cm_event *event)
-{
-	if (!event)
-		return fail(EINVAL);
-	pthread_mutex_lock(&cma_lock);
-	event_ack_locked((struct cma_event *)event);
-	pthread_mutex_unlock(&cma_lock);
-	return 0;
-}
-
-const char *rdma_event_str(enum rdma_cm_event_type event)
-{
-	static const char *const names[] = {
-		[RDMA_CM_EVENT_ADDR_RESOLVED] = "RDMA_CM_EVENT_ADDR_RESOLVED",
-		[RDMA_CM_EVENT_ADDR_ERROR] = "RDMA_CM_EVENT_ADDR_ERROR",
-		[RDMA_CM_EVENT_ROUTE_RESOLVED] = "RDMA_CM_EVENT_ROUTE_RESOLVED",
-		[RDMA_CM_EVENT_ROUTE_ERROR] = "RDMA_CM_EVENT_ROUTE_ERROR",
-		[RDMA_CM_EVENT_CONNECT_REQUEST] = "RDMA_CM_EVENT_CONNECT_REQUEST",
-		[RDMA_CM_EVENT_CONNECT_RESPONSE] = "RDMA_CM_EVENT_CONNECT_RESPONSE",
-		[RDMA_CM_EVENT_CONNECT_ERROR] = "RDMA_CM_EVENT_CONNECT_ERROR",
-		[RDMA_CM_EVENT_UNREACHABLE] = "RDMA_CM_EVENT_UNREACHABLE",
-		[RDMA_CM_EVENT_REJECTED] = "RDMA_CM_EVENT_REJECTED",
-		[RDMA_CM_EVENT_ESTABLISHED] = "RDMA_CM_EVENT_ESTABLISHED",
-		[RDMA_CM_EVENT_DISCONNECTED] = "RDMA_CM_EVENT_DISCONNECTED",
-		[RDMA_CM_EVENT_DEVICE_REMOVAL] = "RDMA_CM_EVENT_DEVICE_REMOVAL",
-		[RDMA_CM_EVENT_MULTICAST_JOIN] = "RDMA_CM_EVENT_MULTICAST_JOIN",
-		[RDMA_CM_EVENT_MULTICAST_ERROR] = "RDMA_CM_EVENT_MULTICAST_ERROR",
-		[RDMA_CM_EVENT_ADDR_CHANGE] = "RDMA_CM_EVENT_ADDR_CHANGE",
-		[RDMA_CM_EVENT_TIMEWAIT_EXIT] = "RDMA_CM_EVENT_TIMEWAIT_EXIT",
-	};
-
-	if ((unsigned)event < sizeof(names) / sizeof(names[0]) && names[event])
-		return names[event];
-	return "UNKNOWN EVENT";
 }
 
 /* --- ids ----------------------------------------------------------------------------- */
-
-struct cma_id *cma_id_new(struct cma_channel *chan, void *context, enum rdma_port_space ps)
-{
-	struct cma_id *id = calloc(1, sizeof(*id));
-
-	if (!id)
-		return NULL;
-	id->id.channel = chan ? &chan->ch : NULL;
-	id->id.context = context;
-	id->id.ps = ps;
-	id->id.qp_type = ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
-	id->chan = chan;
-	id->fd = -1;
-	id->claim_fd = -1;
-	id->state = CMA_IDLE;
-	if (chan)
-		chan->ids++;
-	id->next = all_ids;
-	all_ids = id;
-	return id;
-}
 
 int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
 		   enum rdma_port_space ps)
@@ -486,9 +98,9 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 		return fail(EINVAL);
 	if (!cma_device())
 		return -1;
-	if (cma_thread_start())
+	if (cma_conn_start())
 		return -1;
-	if (sync && !(chan = channel_new()))
+	if (sync && !(chan = cma_channel_new()))
 		return fail(ENOMEM);
 	pthread_mutex_lock(&cma_lock);
 	cid = cma_id_new(chan, context, ps);
@@ -498,41 +110,13 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 	if (!cid) {
 		if (sync) {
 			pthread_mutex_lock(&cma_lock);
-			channel_free(chan);
+			cma_channel_free(chan);
 			pthread_mutex_unlock(&cma_lock);
 		}
 		return fail(ENOMEM);
 	}
 	*id = &cid->id;
 	return 0;
-}
-
-/* Frees @id's memory (its socket and events are gone). Under cma_lock. */
-static void id_free_locked(struct cma_id *id)
-{
-	struct cma_id **p;
-
-	for (p = &all_ids; *p; p = &(*p)->next) {
-		if (*p == id) {
-			*p = id->next;
-			break;
-		}
-	}
-	if (id->chan && --id->chan->ids == 0 && id->sync)
-		channel_free(id->chan);
-	if (id->claim_fd >= 0)
-		close(id->claim_fd);
-	id->claim_fd = -1;
-	free(id->ep_qp_attr);
-	cma_graveyard(id);
-}
-
-/* Drops a listener's connection that never became an id the user saw. */
-void cma_id_release(struct cma_id *id)
-{
-	cma_close_fd(id);
-	id->destroyed = true;
-	id_free_locked(id);
 }
 
 int rdma_destroy_id(struct rdma_cm_id *id)
@@ -553,7 +137,7 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 		struct cma_event *last = (struct cma_event *)cid->id.event;
 
 		cid->id.event = NULL;
-		event_ack_locked(last);
+		cma_event_ack_locked(last);
 	}
 	cid->destroyed = true;
 	cma_mc_leave_all(cid);
@@ -570,44 +154,21 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 		next = e->next;
 		if (e->owner != cid)
 			continue;
-		channel_unlink(cid->chan, e);
+		cma_channel_unlink(cid->chan, e);
 		if (e->child) {
 			cma_refuse_unanswered(e->child);
 			cma_close_fd(e->child);
 			e->child->destroyed = true;
 			if (!e->child->events_out)
-				id_free_locked(e->child);
+				cma_id_free_locked(e->child);
 		}
 		free(e);
 	}
 	if (cid->events_out == 0)
-		id_free_locked(cid);
+		cma_id_free_locked(cid);
 	pthread_mutex_unlock(&cma_lock);
 	cma_kick();
 	return 0;
-}
-
-/* For a synchronous id: waits for its next event and keeps it in id->event. Like
- * rdma-core's, it judges by the status only, not the event's type: 0, or -1 with errno
- * ECONNREFUSED for a reject, else the status as an errno. */
-int cma_wait_event(struct cma_id *id)
-{
-	struct rdma_cm_event *ev;
-	int status;
-
-	if (id->id.event) {
-		rdma_ack_cm_event(id->id.event);
-		id->id.event = NULL;
-	}
-	if (rdma_get_cm_event(&id->chan->ch, &ev))
-		return -1;
-	id->id.event = ev;
-	status = ev->status;
-	if (!status)
-		return 0;
-	if (ev->event == RDMA_CM_EVENT_REJECTED)
-		return fail(ECONNREFUSED);
-	return fail(status < 0 ? -status : status);
 }
 
 /* Binds @id's TCP socket to @addr (port 0: one is picked). Under cma_lock. */
@@ -639,27 +200,6 @@ static int claim_port(struct cma_id *id, uint16_t port)
 	}
 	id->claim_fd = fd;
 	return 0;
-}
-
-/* A TCP socket for @id bound to @addr, with the id's options: the fd, or -errno. */
-int cma_bound_socket(const struct cma_id *id, const struct sockaddr *addr)
-{
-	int one = 1, fd, err;
-
-	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (addr->sa_family == AF_INET6)
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &(int){ id->afonly }, sizeof(int));
-	if (id->tos)
-		setsockopt(fd, IPPROTO_IP, IP_TOS, &(int){ id->tos }, sizeof(int));
-	if (bind(fd, addr, (socklen_t)cma_sockaddr_len(addr))) {
-		err = -errno;
-		close(fd);
-		return err;
-	}
-	return fd;
 }
 
 /* Binds @id's TCP socket to @addr (port 0: one is picked) and claims the port. Under
@@ -834,35 +374,6 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 	return 0;
 }
 
-/* The path a RoCE port reports: GIDs from the addresses, this host's LID both ends. */
-void cma_id_fill_route(struct cma_id *id)
-{
-	struct ibv_sa_path_rec *p = &id->path;
-	struct ibv_port_attr port;
-
-	memset(p, 0, sizeof(*p));
-	memset(&port, 0, sizeof(port));
-	if (id->id.verbs)
-		ibv_query_port(id->id.verbs, 1, &port);
-	p->dgid = id->id.route.addr.addr.ibaddr.dgid;
-	p->sgid = id->id.route.addr.addr.ibaddr.sgid;
-	p->dlid = htons(port.lid);
-	p->slid = htons(port.lid);
-	p->reversible = 1;
-	p->numb_path = 1;
-	p->pkey = htons(0xffff);
-	p->hop_limit = 64;
-	p->mtu_selector = 2; /* exactly */
-	p->mtu = port.active_mtu ? port.active_mtu : IBV_MTU_1024;
-	p->rate_selector = 2;
-	p->rate = IBV_RATE_100_GBPS;
-	p->packet_life_time_selector = 2;
-	p->packet_life_time = 0;
-	p->traffic_class = id->tos;
-	id->id.route.path_rec = p;
-	id->id.route.num_paths = 1;
-}
-
 int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 {
 	struct cma_id *cid = to_cma_id(id);
@@ -928,7 +439,7 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 
 	if (!id)
 		return fail(EINVAL);
-	if (sync && !(to = channel_new()))
+	if (sync && !(to = cma_channel_new()))
 		return fail(ENOMEM);
 	pthread_mutex_lock(&cma_lock);
 	from = cid->chan;
@@ -940,7 +451,7 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 		next = e->next;
 		if (e->owner != cid)
 			continue;
-		channel_unlink(from, e);
+		cma_channel_unlink(from, e);
 		*tail = e;
 		tail = &e->next;
 	}
@@ -948,7 +459,7 @@ int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 	cid->id.channel = &to->ch;
 	to->ids++;
 	if (from && --from->ids == 0 && cid->sync)
-		channel_free(from);
+		cma_channel_free(from);
 	cid->sync = sync;
 	while (moved) {
 		e = moved;

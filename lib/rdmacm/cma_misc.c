@@ -14,12 +14,6 @@
 #include <poll.h>
 #include <rdma/rsocket.h>
 
-static int fail(int err)
-{
-	errno = err;
-	return -1;
-}
-
 /*
  * Multicast on this host: a join needs no fabric, so MULTICAST_JOIN comes at once. As
  * in rdma-core, reading that event attaches the id's QP (unless send-only); the event
@@ -27,14 +21,6 @@ static int fail(int err)
  * join's context in param.ud.private_data. The MGID of an IPv4 group is its mapped
  * address (::ffff:a.b.c.d), of an IPv6 group the address itself (RoCE).
  */
-bool cma_addr_is_multicast(const struct sockaddr *sa)
-{
-	if (sa->sa_family == AF_INET)
-		return IN_MULTICAST(ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr));
-	if (sa->sa_family == AF_INET6)
-		return IN6_IS_ADDR_MULTICAST(&((const struct sockaddr_in6 *)sa)->sin6_addr);
-	return false;
-}
 
 static bool same_group(const struct sockaddr_storage *a, const struct sockaddr *b)
 {
@@ -45,20 +31,6 @@ static bool same_group(const struct sockaddr_storage *a, const struct sockaddr *
 	cma_gid_from_addr(&ga, (const struct sockaddr *)a);
 	cma_gid_from_addr(&gb, b);
 	return !memcmp(&ga, &gb, sizeof(ga));
-}
-
-/* Under cma_lock, when the MULTICAST_JOIN is read: attach the id's QP. */
-int cma_mc_attach(struct cma_id *id, const union ibv_gid *mgid)
-{
-	for (struct cma_mc *mc = id->mcs; mc; mc = mc->next) {
-		if (memcmp(&mc->mgid, mgid, sizeof(*mgid)) || mc->sendonly || mc->attached ||
-		    !id->id.qp)
-			continue;
-		if (ibv_attach_mcast(id->id.qp, mgid, 0xc000))
-			return errno ? -errno : -EINVAL;
-		mc->attached = true;
-	}
-	return 0;
 }
 
 static void mc_free(struct cma_id *id, struct cma_mc *mc)

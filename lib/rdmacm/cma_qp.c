@@ -1,6 +1,7 @@
 /*
- * QPs and SRQs on ids, their moves through the state machine as the handshake goes,
- * and the synchronous endpoint calls (rdma_create_ep, rdma_get_request).
+ * QPs and SRQs on ids, their moves through the state machine as the handshake goes, and
+ * their attachment to the multicast groups the id joined. The synchronous endpoint calls
+ * (rdma_create_ep, rdma_get_request) are cma_ep.c's.
  */
 #include "cma.h"
 
@@ -8,12 +9,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fail(int err)
-{
-	errno = err;
-	return -1;
-}
 
 int cma_sgid_index(struct cma_id *id)
 {
@@ -209,6 +204,20 @@ void cma_qp_to_error(struct cma_id *id)
 		ibv_modify_qp(id->id.qp, &a, IBV_QP_STATE);
 }
 
+/* Under cma_lock, when the MULTICAST_JOIN is read: attach the id's QP. */
+int cma_mc_attach(struct cma_id *id, const union ibv_gid *mgid)
+{
+	for (struct cma_mc *mc = id->mcs; mc; mc = mc->next) {
+		if (memcmp(&mc->mgid, mgid, sizeof(*mgid)) || mc->sendonly || mc->attached ||
+		    !id->id.qp)
+			continue;
+		if (ibv_attach_mcast(id->id.qp, mgid, 0xc000))
+			return errno ? -errno : -EINVAL;
+		mc->attached = true;
+	}
+	return 0;
+}
+
 /* --- QP and SRQ creation ------------------------------------------------------------- */
 
 static void destroy_cqs(struct cma_id *id)
@@ -398,132 +407,4 @@ void rdma_destroy_srq(struct rdma_cm_id *id)
 	id->srq = NULL;
 	if (!id->qp)
 		destroy_cqs(to_cma_id(id));
-}
-
-/* --- endpoints ----------------------------------------------------------------------- */
-
-int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
-		   struct ibv_qp_init_attr *qp_init_attr)
-{
-	struct rdma_cm_id *cm_id;
-	struct cma_id *cid;
-	int ret;
-
-	if (!id || !res)
-		return fail(EINVAL);
-	ret = rdma_create_id(NULL, &cm_id, NULL, (enum rdma_port_space)res->ai_port_space);
-	if (ret)
-		return ret;
-	cid = to_cma_id(cm_id);
-	if (res->ai_qp_type)
-		cm_id->qp_type = (enum ibv_qp_type)res->ai_qp_type;
-	if (qp_init_attr && res->ai_qp_type)
-		qp_init_attr->qp_type = (enum ibv_qp_type)res->ai_qp_type;
-	if (res->ai_flags & RAI_PASSIVE) {
-		ret = rdma_bind_addr(cm_id, res->ai_src_addr);
-		if (ret)
-			goto err;
-		/* What rdma_get_request gives each new connection. */
-		if (qp_init_attr) {
-			cid->ep_qp_attr = malloc(sizeof(*qp_init_attr));
-			if (!cid->ep_qp_attr) {
-				errno = ENOMEM;
-				ret = -1;
-				goto err;
-			}
-			*cid->ep_qp_attr = *qp_init_attr;
-		}
-		cid->ep_pd = pd;
-		if (pd)
-			cm_id->pd = pd;
-		*id = cm_id;
-		return 0;
-	}
-	ret = rdma_resolve_addr(cm_id, res->ai_src_len ? res->ai_src_addr : NULL,
-				res->ai_dst_addr, 2000);
-	if (ret)
-		goto err;
-	ret = rdma_resolve_route(cm_id, 2000);
-	if (ret)
-		goto err;
-	if (qp_init_attr) {
-		ret = rdma_create_qp(cm_id, pd, qp_init_attr);
-		if (ret)
-			goto err;
-	}
-	*id = cm_id;
-	return 0;
-err: {
-		int err = errno;
-
-		rdma_destroy_id(cm_id);
-		errno = err;
-	}
-	return -1;
-}
-
-void rdma_destroy_ep(struct rdma_cm_id *id)
-{
-	if (!id)
-		return;
-	if (id->qp)
-		rdma_destroy_qp(id);
-	if (id->srq)
-		rdma_destroy_srq(id);
-	rdma_destroy_id(id);
-}
-
-int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
-{
-	struct cma_id *l = to_cma_id(listen);
-	struct rdma_cm_event *ev;
-	struct rdma_cm_id *new_id;
-	int ret;
-
-	if (!listen || !id)
-		return fail(EINVAL);
-	if (!l->sync)
-		return fail(EINVAL);
-	if (listen->event) {
-		rdma_ack_cm_event(listen->event);
-		listen->event = NULL;
-	}
-	ret = rdma_get_cm_event(listen->channel, &ev);
-	if (ret)
-		return ret;
-	if (ev->status) {
-		listen->event = ev;
-		return fail(ev->status < 0 ? -ev->status : ev->status);
-	}
-	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-		listen->event = ev;
-		return fail(EINVAL);
-	}
-	new_id = ev->id;
-	/* The new id is synchronous too; it keeps the request as its id->event until
-	 * rdma_accept, rdma_reject or rdma_destroy_id. */
-	ret = rdma_migrate_id(new_id, NULL);
-	if (ret)
-		goto err;
-	new_id->event = ev;
-	if (l->ep_qp_attr) {
-		struct ibv_qp_init_attr attr = *l->ep_qp_attr;
-
-		ret = rdma_create_qp(new_id, l->ep_pd, &attr);
-		if (ret)
-			goto err;
-	}
-	*id = new_id;
-	return 0;
-err: {
-		int err = errno;
-
-		rdma_reject(new_id, NULL, 0);
-		if (new_id->event == ev)
-			new_id->event = NULL;
-		rdma_ack_cm_event(ev);
-		rdma_destroy_id(new_id);
-		errno = err;
-	}
-	return -1;
 }

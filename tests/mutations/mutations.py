@@ -102,7 +102,7 @@ MUTATIONS = [
          new="\t\t\t\t.byte_len = w->byte_len,\n\t\t\t\t.qp_num = qp->ibv.qp_base.qp_num,\n\t\t\t\t.vendor_err = 1,\n\t\t\t};",
          tests="^verbs_test_data_(rc|pkey)$", says="vendor_err"),
     dict(name="established-status", what="the client's ESTABLISHED event carries status 1",
-         file="lib/rdmacm/cma_conn.c",
+         file="lib/rdmacm/cma_event.c",
          old="\t\tid->state = CMA_CONNECTED;\n\t\te->ev.event = RDMA_CM_EVENT_ESTABLISHED;",
          new="\t\tid->state = CMA_CONNECTED;\n\t\te->ev.event = RDMA_CM_EVENT_ESTABLISHED;\n\t\te->ev.status = 1;",
          tests="^rdmacm_test_cm_api$", says="ESTABLISHED"),

@@ -9,10 +9,13 @@
 #include "verbs/sv_test_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 static const enum ibv_qp_type all_types[] = { IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD };
 
@@ -558,6 +561,81 @@ static void test_srq_qp_ignores_recv_caps(void **state)
 	assert_int_equal(ibv_destroy_srq(srq), 0);
 }
 
+/* ---- a create that cannot have a QP number ------------------------------------------ */
+
+/* The lowest free descriptor (its number: closed again at once), or -1. */
+static int lowest_free_fd(void)
+{
+	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0)
+		close(fd);
+	return fd;
+}
+
+/*
+ * softverbs takes QP numbers in blocks of 256, each claimed by binding a socket; a QP
+ * also holds one descriptor of its own (its shared segment). With one descriptor left,
+ * a create succeeds while the claimed blocks have room, and once they are full it fails
+ * for want of a new block: ENOMEM. That failed create must free no QP number (it took
+ * none: the number it would free was never set), so the QPs before it and the one
+ * after, with descriptors back, all have numbers of their own.
+ */
+static void test_create_without_a_qpn_frees_no_number(void **state)
+{
+	enum { MAX = 1024 };
+	struct tu_res *res = *state;
+	struct ibv_qp_init_attr ia = init_attr(res, IBV_QPT_UD);
+	struct ibv_qp **qps = calloc(MAX + 1, sizeof(*qps));
+	struct rlimit orig, tight;
+	int n, failed_errno = 0, after_errno = 0, dup_i = -1, dup_j = -1;
+	uint32_t dup_num = 0;
+
+	assert_non_null(qps);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &orig), 0);
+	for (n = 0; n < MAX; n++) {
+		int fd = lowest_free_fd();
+
+		assert_true(fd >= 0);
+		tight = orig;
+		tight.rlim_cur = (rlim_t)fd + 1;
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &tight), 0);
+		qps[n] = ibv_create_qp(res->pd, &ia);
+		failed_errno = errno;
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &orig), 0);
+		if (!qps[n])
+			break;
+	}
+	/* With descriptors back, a create finds (or claims) a number again. */
+	if (n < MAX) {
+		qps[n] = ibv_create_qp(res->pd, &ia);
+		after_errno = qps[n] ? 0 : errno;
+	}
+	for (int i = 0; i <= n && i < MAX && dup_i < 0; i++)
+		for (int j = i + 1; j <= n && j < MAX && qps[i] && qps[j] && dup_i < 0; j++)
+			if (qps[i]->qp_num == qps[j]->qp_num) {
+				dup_i = i;
+				dup_j = j;
+				dup_num = qps[i]->qp_num;
+			}
+	for (int i = 0; i <= n && i < MAX; i++)
+		if (qps[i])
+			assert_int_equal(ibv_destroy_qp(qps[i]), 0);
+	free(qps);
+
+	if (n == 0 || n == MAX)
+		fail_msg("%d creates with one descriptor to spare succeeded: want some to, and "
+			 "one to fail once the claimed QPN blocks are full", n);
+	if (failed_errno != ENOMEM)
+		fail_msg("create %d, with no descriptor for a new QPN block: errno %d, want "
+			 "ENOMEM", n, failed_errno);
+	if (after_errno)
+		fail_msg("create after the failed one, descriptors back: errno %d", after_errno);
+	if (dup_i >= 0)
+		fail_msg("QPs %d and %d share QPN %u: the failed create %d freed a number it "
+			 "had not taken", dup_i, dup_j, dup_num, n);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
 
 int main(void)
@@ -577,6 +655,7 @@ int main(void)
 		T(test_pd_and_cq_busy_while_qp_exists),
 		T(test_srq_busy_while_qp_attached),
 		T(test_srq_qp_ignores_recv_caps),
+		T(test_create_without_a_qpn_frees_no_number),
 	};
 
 	return cmocka_run_group_tests_name("verbs_qp", tests, NULL, NULL);

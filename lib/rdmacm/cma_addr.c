@@ -1,0 +1,136 @@
+/*
+ * Addresses and sockets: sockaddr helpers, the GID of an address, and the TCP socket an
+ * id connects or listens with. Pure functions of their arguments; no lock, no state.
+ */
+#include "cma.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int cma_sockaddr_len(const struct sockaddr *sa)
+{
+	switch (sa->sa_family) {
+	case AF_INET:
+		return sizeof(struct sockaddr_in);
+	case AF_INET6:
+		return sizeof(struct sockaddr_in6);
+	default:
+		return 0;
+	}
+}
+
+static bool same_ip(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+		       &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+}
+
+/* An address of this host (of any of its interfaces, or loopback). */
+bool cma_addr_is_local(const struct sockaddr *sa)
+{
+	struct ifaddrs *ifs, *i;
+	bool local = false;
+
+	if (sa->sa_family == AF_INET &&
+	    (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127)
+		return true;
+	if (sa->sa_family == AF_INET6 &&
+	    IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr))
+		return true;
+	if (getifaddrs(&ifs))
+		return false;
+	for (i = ifs; i && !local; i = i->ifa_next)
+		local = i->ifa_addr && same_ip(i->ifa_addr, sa);
+	freeifaddrs(ifs);
+	return local;
+}
+
+/* The GID an IP address has in the device's table: IPv4 mapped, IPv6 as is. */
+void cma_gid_from_addr(union ibv_gid *gid, const struct sockaddr *sa)
+{
+	memset(gid, 0, sizeof(*gid));
+	if (sa->sa_family == AF_INET) {
+		gid->raw[10] = 0xff;
+		gid->raw[11] = 0xff;
+		memcpy(&gid->raw[12], &((const struct sockaddr_in *)sa)->sin_addr, 4);
+	} else if (sa->sa_family == AF_INET6) {
+		memcpy(gid->raw, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+	}
+}
+
+uint16_t cma_port_of(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+	if (sa->sa_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+	return 0;
+}
+
+/* A multicast group address (IPv4 class D, IPv6 ff00::/8). */
+bool cma_addr_is_multicast(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return IN_MULTICAST(ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr));
+	if (sa->sa_family == AF_INET6)
+		return IN6_IS_ADDR_MULTICAST(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return false;
+}
+
+/* --- sockets ------------------------------------------------------------------------- */
+
+/* A TCP socket for @id bound to @addr, with the id's options: the fd, or -errno. */
+int cma_bound_socket(const struct cma_id *id, const struct sockaddr *addr)
+{
+	int one = 1, fd, err;
+
+	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (addr->sa_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &(int){ id->afonly }, sizeof(int));
+	if (id->tos)
+		setsockopt(fd, IPPROTO_IP, IP_TOS, &(int){ id->tos }, sizeof(int));
+	if (bind(fd, addr, (socklen_t)cma_sockaddr_len(addr))) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+/* Sends all of @len bytes now: they are small and the socket is fresh. */
+int cma_send_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+
+			if (poll(&pfd, 1, 1000) <= 0)
+				return -ETIMEDOUT;
+			continue;
+		}
+		if (n <= 0)
+			return n < 0 ? -errno : -EPIPE;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
