@@ -656,6 +656,8 @@ static void test_silent_peer_is_given_up_on(void **state)
 		enum ibv_qp_type type = k ? IBV_QPT_UD : IBV_QPT_RC;
 		long long took = meet_fake(x, type, G_SILENT, true);
 
+		print_message("%s: a silent peer was given up on after %lld ms\n",
+			      tu_qp_type_str(type), took);
 		if (took < 1500 || took > 12000)
 			fail_msg("%s: a silent peer was given up on after %lld ms, want about 2000",
 				 tu_qp_type_str(type), took);
