@@ -47,6 +47,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -401,29 +402,26 @@ static int fake_asked(struct fake *f)
 	return f->asked;
 }
 
-/* Ends the fake: 0 if it exited by itself with 0 when told, else its status (killed). */
+/* Ends the fake: 0 if it exited by itself with 0 when told, else its status (-1: it did
+ * not exit within TP_WAIT_MS and was killed). */
 static int fake_stop(struct fake *f)
 {
-	int status = 0, rc = 0;
-	long long end = tu_now_ms() + TP_WAIT_MS;
+	int status = 0, rc = 0, pfd;
+	struct pollfd p;
 
 	if (f->pid <= 0)
 		return 0;
+	pfd = (int)syscall(SYS_pidfd_open, f->pid, 0);
 	close(f->ctl);
 	f->ctl = -1;
-	for (;;) {
-		pid_t r = waitpid(f->pid, &status, WNOHANG);
-
-		if (r == f->pid)
-			break;
-		if (tu_now_ms() > end) {
-			kill(f->pid, SIGKILL);
-			waitpid(f->pid, &status, 0);
-			rc = -1;
-			break;
-		}
-		poll(NULL, 0, 1);
+	p = (struct pollfd){ .fd = pfd, .events = POLLIN };
+	if (pfd < 0 || poll(&p, 1, TP_WAIT_MS) != 1) {
+		kill(f->pid, SIGKILL);
+		rc = -1;
 	}
+	waitpid(f->pid, &status, 0);
+	if (pfd >= 0)
+		close(pfd);
 	f->pid = 0;
 	if (!rc && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
 		rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
