@@ -70,7 +70,8 @@ struct hdr {
 
 /* Reserves, fills (header and payload, the payload in two pieces) and publishes message
  * @msg of @len payload bytes; -EAGAIN if the ring is full. */
-static int produce(struct shm_fifo *f, uint64_t *cached, uint32_t msg, uint32_t len, uint64_t *pos_out)
+static int produce(struct shm_fifo *f, uint64_t *cached, uint32_t msg, uint32_t len,
+		   uint64_t *pos_out)
 {
 	unsigned char buf[SHM_FIFO_SLOTS * SHM_SLOT_SIZE / 8];
 	struct hdr h = { .msg = msg, .len = len };
