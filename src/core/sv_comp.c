@@ -126,7 +126,7 @@ static void read_resp(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_
 	}
 }
 
-void sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p)
+enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p)
 {
 	uint32_t st = atomic_load_explicit(&qp->pub.state, memory_order_acquire);
 	struct sv_send_wqe *w;
@@ -134,8 +134,13 @@ void sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_p
 	/* Answers matter to a QP that sends; after RESET or in Error there is nothing
 	 * they could answer. */
 	if (st != IBV_QPS_RTS && st != IBV_QPS_SQD)
-		return;
+		return SV_RX_CONSUMED;
 	sv_spin_lock(&qp->sq.lock);
+	if (qp->tx_claimed) {
+		/* A claimed transmit may have sent what this answers without marking it yet. */
+		pthread_spin_unlock(&qp->sq.lock);
+		return SV_RX_HOLD;
+	}
 	switch (h->op) {
 	case SV_OP_ACK:
 		acked_upto(qp, h->msn);
@@ -181,6 +186,7 @@ void sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_p
 	if (qp->sq_next != qp->sq.head)
 		sv_set_hint(qp->tx_kick, true);
 	pthread_spin_unlock(&qp->sq.lock);
+	return SV_RX_CONSUMED;
 }
 
 int sv_comp_timers(struct sv_qp *qp)

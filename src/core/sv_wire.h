@@ -226,8 +226,9 @@ bool sv_resp_access(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len
 		    bool pages, uint64_t *va);
 /* Under rx_busy, at the end of a poll: acknowledgements and answers still owed go out. */
 void sv_resp_flush(struct sv_qp *qp);
-/* Under rx_busy: an answer for the completer. */
-void sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p);
+/* Under rx_busy: an answer for the completer. HOLD while a claimed copy has the send
+ * queue (what it answers may not be marked sent yet): deliver it again later. */
+enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p);
 /* Under rx_busy and sq.lock: the peer is gone; nothing outstanding will be answered. */
 void sv_comp_peer_gone(struct sv_qp *qp);
 

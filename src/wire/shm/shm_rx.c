@@ -244,8 +244,7 @@ static enum sv_rx rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos
 		return SV_RX_CONSUMED;
 	if (h.op > SV_OP_REQ_MAX) {
 		p.count = NULL; /* the requester counted what it asked for */
-		sv_comp_deliver(qp, &h, &p.p);
-		return SV_RX_CONSUMED;
+		return sv_comp_deliver(qp, &h, &p.p);
 	}
 	if (sv_qp_type_reliable(qp->ibv.qp_base.qp_type)) {
 		uint32_t ab = atomic_load_explicit(&s->page->rnr_abandon, memory_order_acquire);
