@@ -258,6 +258,8 @@ struct sv_qp {
 	uint32_t msg_writes_out;      /* WRITEs sent as messages, not yet acknowledged */
 	atomic_bool tx_blocked;       /* the wire was full or the peer not ready: try later */
 	atomic_bool tx_kick;          /* an answer freed what transmit waits for */
+	uint64_t wait_deadline;       /* ns: when a peer that does not take requests (not in
+				       * RTR) has had the transport's retries (0: none) */
 	uint32_t rnr_msn;             /* the send an RNR NAK holds up */
 	_Atomic uint64_t rnr_deadline; /* ns; when its RNR retries run out (0: none) */
 	_Atomic int err_event;        /* SV_ERR_NONE, or the error to enter (sv_qp_fail) */

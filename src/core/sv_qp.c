@@ -120,6 +120,7 @@ void sv_qp_flush_sq_locked(struct sv_qp *qp)
 	if (qp->wire->direct_abandon && !qp->tx_claimed)
 		qp->wire->direct_abandon(qp);
 	qp->tx_gen++;
+	qp->wait_deadline = 0;
 	qp->sq_next = wq->head;
 	qp->tx_off = 0;
 	qp->mc_valid = false;
@@ -163,6 +164,7 @@ static void qp_drain(struct sv_qp *qp)
 	sv_spin_lock(&qp->sq.lock);
 	sv_wq_reset(&qp->sq);
 	qp->tx_gen++;
+	qp->wait_deadline = 0;
 	qp->sq_next = 0;
 	qp->tx_off = 0;
 	qp->mc_valid = false;

@@ -544,6 +544,31 @@ static enum tx_result tx_lost(struct sv_qp *qp, struct sv_send_wqe *w)
 	return TX_DONE;
 }
 
+/*
+ * RC to a peer that takes no requests (not in RTR yet, or gone to RESET): a NIC
+ * retransmits each Local ACK Timeout (4.096 us x 2^timeout, IBA 9.7.6.1.3) up to
+ * retry_cnt times, then fails the WR with RETRY_EXC_ERR. A timeout of 0 waits for ever,
+ * as does UC (it has no timeout; a NIC would drop what it sends).
+ */
+static enum tx_result tx_wait_peer(struct sv_qp *qp, struct sv_send_wqe *w)
+{
+	uint64_t now;
+
+	if (!sv_qp_type_reliable(qp->ibv.qp_base.qp_type) || !qp->attr.timeout)
+		return TX_BLOCKED;
+	now = sv_now_ns();
+	if (!qp->wait_deadline) {
+		uint64_t t = 4096ull << (qp->attr.timeout < 31 ? qp->attr.timeout : 31);
+
+		qp->wait_deadline = now + t * (qp->attr.retry_cnt + 1u);
+		return TX_BLOCKED;
+	}
+	if (now < qp->wait_deadline)
+		return TX_BLOCKED;
+	qp->wait_deadline = 0;
+	return tx_lost(qp, w);
+}
+
 static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 {
 	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
@@ -576,9 +601,10 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 	}
 	switch (qp->wire->reach(qp, qp->attr.dest_qp_num)) {
 	case SV_REACH_READY:
+		qp->wait_deadline = 0;
 		break;
 	case SV_REACH_WAIT:
-		return TX_BLOCKED; /* a NIC would retransmit until the peer reaches RTR */
+		return tx_wait_peer(qp, w);
 	case SV_REACH_NO_PEER:
 		if (sv_hint(qp->connect_pending)) {
 			/* Attach with no lock held (sv_qp_tx_connect), then transmit. */

@@ -37,6 +37,7 @@ struct link {
 	int fd;
 	uint32_t our_qpn, peer_qpn; /* once known */
 	bool bye;                   /* the peer said goodbye before hanging up */
+	pid_t pid;                  /* ACCEPTED: the process that connected (SO_PEERCRED) */
 	uint64_t id;                /* the engine's watch */
 	struct link *next;
 };
@@ -525,11 +526,17 @@ static void link_event(void *arg, uint32_t events)
 
 		while ((fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
 			struct link *a = new_link(LINK_ACCEPTED, fd);
+			struct ucred cred;
+			socklen_t len = sizeof(cred);
 
-			if (!a)
+			if (!a) {
 				close(fd);
-			else
-				(void)watch(a);
+				continue;
+			}
+			/* Who connected, as the kernel says: a request names any QP it likes. */
+			if (!getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len))
+				a->pid = cred.pid;
+			(void)watch(a);
 		}
 		return;
 	}
@@ -558,10 +565,16 @@ static void link_event(void *arg, uint32_t events)
 		uint32_t our = l->our_qpn, peer = l->peer_qpn;
 		bool fatal = !l->bye;
 
+		pid_t from = l->kind == LINK_ACCEPTED ? l->pid : 0;
+
 		drop_link(l);
 		if (our) {
 			struct sv_qp *qp = own_qp(our);
 
+			/* A connection a peer opened to us speaks for our QP's peer only if it
+			 * came from that peer's process: anyone may attach in its name. */
+			if (qp && from && from != atomic_load(&shm_qp(qp)->peer_pid))
+				qp = NULL;
 			if (qp) {
 				sv_engine_pin_locked(qp);
 				sv_engine_unlock();

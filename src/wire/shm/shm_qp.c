@@ -167,6 +167,7 @@ static void *attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
 		return peer;
 	s->peer = peer;
 	set_hint(s->peer_local, peer->sock < 0);
+	atomic_store(&s->peer_pid, peer->pid);
 	return NULL;
 }
 
@@ -187,6 +188,7 @@ static void disconnect(struct sv_qp *qp)
 	peer = s->peer;
 	s->peer = NULL;
 	set_hint(s->peer_local, false);
+	atomic_store(&s->peer_pid, 0);
 	s->ud_unreachable_valid = false;
 	atomic_store(&s->peer_left, false);
 	d = s->ud_dests;
@@ -257,6 +259,7 @@ static int timers(struct sv_qp *qp)
 			gone = s->peer;
 			s->peer = NULL;
 			set_hint(s->peer_local, false);
+			atomic_store(&s->peer_pid, 0);
 			atomic_store(&s->peer_left, false);
 			sv_comp_peer_gone(qp);
 		}

@@ -69,6 +69,8 @@ struct shm_qp {
 	struct shm_peer *peer;    /* RC/UC: the connected QP */
 	atomic_bool peer_local;   /* ... and it is a QP of this process (a hint) */
 	atomic_bool peer_left;    /* the peer said goodbye: let go of it when drained */
+	_Atomic pid_t peer_pid;   /* RC/UC: the peer's process (0: none), for the engine's
+				   * thread to tell its connections from an impostor's */
 	bool ud_unreachable_valid;/* UD: the last attach, to ud_unreachable, failed */
 	uint32_t ud_unreachable;
 	struct shm_ud_dests *ud_dests; /* UD: destinations met so far */

@@ -640,7 +640,7 @@ static void test_rc_refuses_garbage_answers_cleanly(void **state)
 
 	warm_up(x);
 	/* Four descriptors the first three of which are well shaped are taken (the fourth
-	 * closed): an RC QP then waits for ever (test_known_defect_rc_to_an_empty_page). */
+	 * closed): an RC QP then runs out of retries (test_rc_to_an_empty_page_runs_out_of_retries). */
 	for (enum garbage g = 0; g < G_COUNT; g++)
 		if (g != G_SILENT && g != G_FOUR_GOOD)
 			meet_fake(x, IBV_QPT_RC, g, true);
@@ -657,22 +657,15 @@ static void test_ud_loses_datagrams_to_garbage_peers_cleanly(void **state)
 }
 
 /*
- * Known defect (docs/conformance.md: an RC requester whose peer never reaches RTR waits
- * for ever): an answer of the right shape whose segment is all zeros (no page magic, the
- * QP state RESET) is taken, and the RC SEND then never completes; a NIC would give
- * RETRY_EXC_ERR after timeout x retry_cnt (here ~1 ms x 2). Own ctest entry
- * (verbs_test_shm_attach_rc_to_an_empty_page), skipped unless SV_TEST_KNOWN_DEFECTS is
- * set.
+ * An answer of the right shape whose segment is all zeros (no page magic, the QP state
+ * RESET) is taken, and the peer never takes requests: the RC SEND completes with
+ * RETRY_EXC_ERR after timeout x retry_cnt (here ~1 ms x 2), as on a NIC (it once waited
+ * for ever).
  */
-#define EMPTY_PAGE_DEFECT                                                                  \
-	"known defect: an RC QP attached to a segment whose page is all zeros (no magic, "   \
-	"state RESET) waits for ever instead of completing with RETRY_EXC_ERR"
-
-static void test_known_defect_rc_to_an_empty_page(void **state)
+static void test_rc_to_an_empty_page_runs_out_of_retries(void **state)
 {
 	struct fx *x = *state;
 
-	print_message("%s\n", EMPTY_PAGE_DEFECT);
 	warm_up(x);
 	meet_fake(x, IBV_QPT_RC, G_FOUR_GOOD, true);
 }
@@ -858,22 +851,14 @@ static void test_garbage_knocking_at_our_socket_changes_nothing(void **state)
 }
 
 /*
- * Found by this test, not fixed (docs/conformance.md, "Known defects"): the engine takes
- * an accepted connection's peer QP number from the request (src/core/sv_engine.c,
- * answer_attach: l->peer_qpn = req->src_qpn, unchecked), and a hang-up without a goodbye
- * on that connection is the peer's death (handle_link -> sv_qp_peer_lost(qp, peer,
- * fatal)). So any process of the host that names a connected pair's two QP numbers can
- * put our QP in ERR with IBV_EVENT_QP_FATAL and drop its peer. Its own ctest entry
- * (verbs_test_shm_attach_impostor_of_our_peer_hanging_up) skips with this message unless
- * SV_TEST_KNOWN_DEFECTS is set; the whole program never runs it.
+ * The engine takes an accepted connection's peer QP number from the request, which
+ * anyone may write; a hang-up without a goodbye on a connection from our QP's peer is
+ * that peer's death. One from another process (SO_PEERCRED) speaks for nobody: our QP
+ * must not notice it (it once went to ERR with IBV_EVENT_QP_FATAL and dropped its peer).
  */
-#define IMPOSTOR_DEFECT                                                                    \
-	"known defect: an attach request in the peer's name, then a hang-up, is taken for "  \
-	"the peer's death (sv_engine.c answer_attach/handle_link trust req->src_qpn)"
-
 /* A well-formed request in the name of our real peer's QP (its QP number as the source),
  * then a hang-up without a goodbye, as the real peer's death would look. */
-static void test_known_defect_impostor_of_our_peer_hanging_up(void **state)
+static void test_impostor_of_our_peer_hanging_up_changes_nothing(void **state)
 {
 	static const struct tp_qp_opts rc = { .type = IBV_QPT_RC };
 	struct tp_pair *x = *state;
@@ -891,8 +876,7 @@ static void test_known_defect_impostor_of_our_peer_hanging_up(void **state)
 		/* The hang-up is seen on the engine's thread: a bounded wait for what must not
 		 * come. */
 		if (tu_next_async(x->ep.res->ctx, 1000, &ev, why, sizeof(why)))
-			fail_msg("an impostor of our peer's QP %u hung up: %s (%s)", x->pi.qpn, why,
-				 IMPOSTOR_DEFECT);
+			fail_msg("an impostor of our peer's QP %u hung up: %s", x->pi.qpn, why);
 	}
 	expect_fds_back(n0, "after the impostor hung up");
 	traffic_both_ways(x, 20, "after the impostor");
@@ -905,28 +889,17 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_rc_refuses_garbage_answers_cleanly),
 		cmocka_unit_test(test_ud_loses_datagrams_to_garbage_peers_cleanly),
 		cmocka_unit_test(test_silent_peer_is_given_up_on),
-		cmocka_unit_test(test_known_defect_rc_to_an_empty_page),
+		cmocka_unit_test(test_rc_to_an_empty_page_runs_out_of_retries),
 	};
 	const struct CMUnitTest knocks[] = {
 		cmocka_unit_test_setup_teardown(test_garbage_knocking_at_our_socket_changes_nothing,
 						tp_pair_setup, tp_pair_teardown),
-		cmocka_unit_test_setup_teardown(test_known_defect_impostor_of_our_peer_hanging_up,
+		cmocka_unit_test_setup_teardown(test_impostor_of_our_peer_hanging_up_changes_nothing,
 						tp_pair_setup, tp_pair_teardown),
 	};
-	const char *filter;
 	int failed;
 
 	tp_main(argc, argv);
-	/* The known defects' tests run only in their own ctest entries, and there only with
-	 * SV_TEST_KNOWN_DEFECTS set: else they skip (exit 77), naming the defect. */
-	filter = getenv("SV_TEST_FILTER");
-	if (!filter) {
-		cmocka_set_skip_filter("test_known_defect_*");
-	} else if (!strncmp(filter, "test_known_defect_", 18) && !getenv("SV_TEST_KNOWN_DEFECTS")) {
-		printf("%s: skipped: %s; SV_TEST_KNOWN_DEFECTS=1 runs it\n", filter,
-		       strstr(filter, "impostor") ? IMPOSTOR_DEFECT : EMPTY_PAGE_DEFECT);
-		return 77;
-	}
 	failed = cmocka_run_group_tests_name("fake peers", tests, fx_setup, fx_teardown);
 	failed += cmocka_run_group_tests_name("garbage at our socket", knocks, NULL, NULL);
 	return failed;
