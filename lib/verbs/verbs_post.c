@@ -163,7 +163,7 @@ int sv_verbs_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_s
 		sv_qp_flush_sq_locked(qp);
 	else
 		sv_qp_tx_locked(qp);
-	connect = qp->want_connect;
+	connect = sv_qp_tx_wants_connect(qp);
 	pthread_spin_unlock(&qp->sq.lock);
 	if (connect)
 		sv_qp_tx_connect(qp); /* first contact with a destination: no lock held */
@@ -321,7 +321,7 @@ static int wr_complete(struct ibv_qp_ex *qpx)
 		sv_qp_flush_sq_locked(qp);
 	else if (!err)
 		sv_qp_tx_locked(qp);
-	connect = qp->want_connect;
+	connect = sv_qp_tx_wants_connect(qp);
 	pthread_spin_unlock(&qp->sq.lock);
 	if (connect)
 		sv_qp_tx_connect(qp);

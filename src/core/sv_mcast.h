@@ -1,8 +1,7 @@
 /*
- * UD multicast on one host. A QP's membership of a group is an abstract socket it binds,
- * named softverbs/mcast/<MGID in hex>/<QPN in hex>: the kernel drops the name when the
- * process exits, so a crashed member leaves nothing stale. A sender lists the members
- * from /proc/net/unix and sends one copy to each (the same QPN lookup as any UD send).
+ * UD multicast (IBA 10.5.2.5): a QP attached to a group receives a copy of what is sent
+ * to the group's GID with QPN 0xFFFFFF. Membership and who the members are is the
+ * wire's (sv_wire_ops.mcast_*); these check what verbs require first.
  */
 #ifndef SV_MCAST_H
 #define SV_MCAST_H
@@ -17,16 +16,13 @@ enum { SV_MCAST_MEMBERS_MAX = 64 }; /* copies one multicast send fans out to */
 
 struct sv_qp;
 
-/* 0, or -EINVAL (not UD, not a multicast GID), -ENOMEM, -errno of the socket. Attaching
+/* 0, or -EINVAL (not UD, not a multicast GID), -ENOMEM, -errno of the wire. Attaching
  * twice to one group is 0 (as rxe). */
 int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid);
 /* 0, or -EINVAL if @qp is not attached to @mgid. */
 int sv_mcast_detach(struct sv_qp *qp, const union ibv_gid *mgid);
 /* How many groups @qp is attached to. */
 int sv_mcast_count(struct sv_qp *qp);
-
-/* The QPNs attached to @mgid on this host (at most @max); -errno if unreadable. */
-int sv_mcast_members(const union ibv_gid *mgid, uint32_t *qpns, int max);
 
 /* An IPv6 multicast GID, or an IPv4-mapped one of 224.0.0.0/4 (what RoCE makes of an
  * IPv4 group; the kernel's rdma_is_multicast_addr). */

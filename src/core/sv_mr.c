@@ -8,36 +8,16 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "util/sv_shared.h"
+
 int sv_mr_table_init(struct sv_mr_table *t)
 {
 	memset(t, 0, sizeof(*t));
-	/*
-	 * A memfd, so that peers on the host can map the table read-only and check keys
-	 * themselves (one-sided operations). Pages are touched only as slots fill.
-	 */
-	t->fd = memfd_create("softverbs-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (t->fd < 0)
+	/* Shareable, so that a wire's peers on the host can map the table read-only and
+	 * check keys themselves (one-sided operations); sealed: only we write it. */
+	t->slots = sv_shared_alloc("softverbs-mr", SV_MR_TABLE_BYTES, 1, &t->fd);
+	if (!t->slots)
 		return -errno;
-	if (ftruncate(t->fd, (off_t)SV_MR_TABLE_BYTES)) {
-		int err = -errno;
-
-		close(t->fd);
-		return err;
-	}
-	t->slots = mmap(NULL, SV_MR_TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
-			t->fd, 0);
-	if (t->slots == MAP_FAILED) {
-		t->slots = NULL;
-		close(t->fd);
-		return -ENOMEM;
-	}
-	/*
-	 * Our mapping stays writable; nobody else can map it so (the fd goes to every peer
-	 * that attaches, another user's process maybe) and forge the keys our own checks
-	 * trust. A kernel before 5.1 refuses FUTURE_WRITE: the table then stays unsealed.
-	 */
-	(void)fcntl(t->fd, F_ADD_SEALS,
-		    F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
 	pthread_mutex_init(&t->lock, NULL);
 	t->next_free_hint = 1; /* slot 0 stays free so that key 0 never names an MR */
 	return 0;

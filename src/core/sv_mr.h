@@ -39,7 +39,8 @@ struct sv_mr_entry {
 
 struct sv_mr_table {
 	pthread_mutex_t lock; /* guards allocation; lookups read entries */
-	int fd;               /* memfd behind slots: peers map it read-only to check keys */
+	int fd;               /* the shared memory behind slots (sv_shared.h): a wire's peers
+	                       * map it read-only to check keys */
 	struct sv_mr_entry *slots;
 	uint32_t n_used;
 	uint32_t next_free_hint;

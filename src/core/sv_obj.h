@@ -195,12 +195,12 @@ enum { SV_COPY_NONE, SV_COPY_CMA, SV_COPY_BOUNCE };
  */
 struct sv_qp_counters {
 	_Atomic uint64_t tx_msgs, tx_bytes; /* messages sent to a peer, their payload */
-	_Atomic uint64_t tx_cma_bytes;      /* payload this requester copied by process_vm_* */
-	_Atomic uint64_t tx_fifo_bytes;     /* payload through the fifos (ring, bounce copy) */
+	_Atomic uint64_t tx_cma_bytes;      /* payload this requester placed itself (direct) */
+	_Atomic uint64_t tx_fifo_bytes;     /* payload in messages (small SENDs, bounce copy) */
 	_Atomic uint32_t tx_copy;           /* SV_COPY_*: the copy mode of the last peer */
 	_Atomic uint64_t rx_msgs, rx_bytes; /* requests this responder executed, their payload */
-	_Atomic uint64_t rx_cma_bytes;      /* pulled from a requester by process_vm_readv */
-	_Atomic uint64_t rx_fifo_bytes;     /* placed from, or answered into, the fifos */
+	_Atomic uint64_t rx_cma_bytes;      /* pulled from a requester's memory by the wire */
+	_Atomic uint64_t rx_fifo_bytes;     /* placed from, or answered into, messages */
 };
 
 static inline void sv_count(_Atomic uint64_t *c, uint64_t n)
@@ -242,6 +242,9 @@ struct sv_qp {
 	bool want_connect;            /* transmit waits for an attach to want_qpn */
 	bool connecting;              /* a thread is attaching (sv_qp_tx_connect) */
 	uint32_t want_qpn;
+	bool want_members;            /* UD: the multicast WQE at sq_next waits for its group's
+				       * members to be listed (sv_qp_tx_connect, no lock held) */
+	bool listing;                 /* a thread lists them */
 	bool mc_valid;                /* UD: a multicast WQE at sq_next is being fanned out */
 	int mc_n, mc_next;            /* to mc_qpn[0..mc_n), sent to those before mc_next */
 	uint32_t mc_qpn[SV_MCAST_MEMBERS_MAX];

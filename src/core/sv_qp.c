@@ -10,6 +10,7 @@
 
 #include "core/sv_cq.h"
 #include "core/sv_look.h"
+#include "core/sv_mcast.h"
 #include "util/sv_lock.h"
 #include "util/sv_log.h"
 
@@ -124,6 +125,7 @@ void sv_qp_flush_sq_locked(struct sv_qp *qp)
 	qp->sq_next = wq->head;
 	qp->tx_off = 0;
 	qp->mc_valid = false;
+	qp->want_members = false;
 	qp->tx_stopped = false; /* nothing is left to hold back (SQE -> RTS may follow) */
 	qp->rd_atomic_out = 0;
 	qp->msg_writes_out = 0;
@@ -168,6 +170,7 @@ static void qp_drain(struct sv_qp *qp)
 	qp->sq_next = 0;
 	qp->tx_off = 0;
 	qp->mc_valid = false;
+	qp->want_members = false;
 	qp->tx_stopped = false;
 	qp->sq_failed = false;
 	qp->msg_writes_out = 0;
@@ -307,6 +310,26 @@ void sv_qp_settle(struct sv_qp *qp)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* multicast membership                                                                     */
+
+int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid)
+{
+	if (qp->ibv.qp_base.qp_type != IBV_QPT_UD || !sv_gid_is_multicast(mgid))
+		return -EINVAL;
+	return qp->wire->mcast_attach ? qp->wire->mcast_attach(qp, mgid) : -EOPNOTSUPP;
+}
+
+int sv_mcast_detach(struct sv_qp *qp, const union ibv_gid *mgid)
+{
+	return qp->wire->mcast_detach ? qp->wire->mcast_detach(qp, mgid) : -EINVAL;
+}
+
+int sv_mcast_count(struct sv_qp *qp)
+{
+	return qp->wire->mcast_count ? qp->wire->mcast_count(qp) : 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* progress                                                                                 */
 
 int sv_qp_progress(struct sv_qp *qp)
@@ -322,7 +345,7 @@ int sv_qp_progress(struct sv_qp *qp)
 		n += sv_comp_timers(qp);
 		if (sv_hint(qp->tx_blocked) || sv_hint(qp->tx_kick))
 			sv_qp_tx_locked(qp);
-		connect = qp->want_connect;
+		connect = sv_qp_tx_wants_connect(qp);
 		pthread_spin_unlock(&qp->sq.lock);
 		if (connect)
 			sv_qp_tx_connect(qp);

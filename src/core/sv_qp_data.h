@@ -25,8 +25,14 @@ void sv_qp_data_publish(struct sv_qp *qp);
 
 /* Transmits what it can of the send queue. Caller holds sq.lock. */
 void sv_qp_tx_locked(struct sv_qp *qp);
-/* Attaches to the peer a transmit waits for, then transmits. Call with no lock held. */
+/* Does what a transmit waits for that must not hold a lock (attaching to a peer,
+ * listing a multicast group's members), then transmits. Call with no lock held. */
 void sv_qp_tx_connect(struct sv_qp *qp);
+/* Under sq.lock: whether a transmit waits for sv_qp_tx_connect. */
+static inline bool sv_qp_tx_wants_connect(const struct sv_qp *qp)
+{
+	return qp->want_connect || qp->want_members;
+}
 /* A receive was posted: true if a message waits for one (the caller wakes the progress
  * thread: sv_engine_kick). */
 bool sv_qp_recv_awaited(struct sv_qp *qp);

@@ -46,12 +46,48 @@ static enum ibv_wc_status wqe_iov(struct sv_qp *qp, struct sv_send_wqe *w, uint3
 	return sv_wqe_sge_iov(qp, w, need, iov, n_iov, total);
 }
 
+/*
+ * Lists the members of the group the multicast WQE at sq_next sends to, with no lock
+ * held (the wire may read a file to find them), and keeps them for its fan-out.
+ */
+static void list_members(struct sv_qp *qp)
+{
+	uint32_t qpns[SV_MCAST_MEMBERS_MAX], gen;
+	union ibv_gid mgid;
+	int n;
+
+	sv_spin_lock(&qp->sq.lock);
+	if (!qp->want_members || qp->listing || qp->sq_next == qp->sq.head) {
+		pthread_spin_unlock(&qp->sq.lock);
+		return;
+	}
+	qp->listing = true;
+	mgid = ((struct sv_send_wqe *)sv_wq_slot(&qp->sq, qp->sq_next))->ud.dgid;
+	gen = qp->tx_gen;
+	pthread_spin_unlock(&qp->sq.lock);
+	n = qp->wire->mcast_members ? qp->wire->mcast_members(qp, &mgid, qpns, SV_MCAST_MEMBERS_MAX)
+				    : 0;
+	sv_spin_lock(&qp->sq.lock);
+	qp->listing = false;
+	/* Still the same WQE? (a flush or reset in between forgets the wish) */
+	if (qp->want_members && gen == qp->tx_gen) {
+		qp->want_members = false;
+		qp->mc_n = n > 0 ? n : 0;
+		memcpy(qp->mc_qpn, qpns, (size_t)qp->mc_n * sizeof(qpns[0]));
+		qp->mc_next = 0;
+		qp->mc_valid = true;
+		sv_qp_tx_locked(qp);
+	}
+	pthread_spin_unlock(&qp->sq.lock);
+}
+
 void sv_qp_tx_connect(struct sv_qp *qp)
 {
 	uint32_t qpn;
 	void *conn = NULL;
 	int err;
 
+	list_members(qp);
 	sv_spin_lock(&qp->sq.lock);
 	qpn = qp->want_qpn;
 	/* One thread attaches at a time (the poster, or the progress thread): a second
@@ -462,24 +498,20 @@ static enum tx_result ud_reach(struct sv_qp *qp, uint32_t dest)
 
 /*
  * A UD send to a multicast group (QPN 0xFFFFFF, a multicast GID, IBA 10.5.2.5): one copy
- * to each QP of this host attached to the group, the members listed once per WQE. The
+ * to each QP attached to the group, the members listed once per WQE. The
  * WQE completes when every member has its copy (or could not be reached: UD loses it).
  */
 static enum tx_result tx_mcast(struct sv_qp *qp, struct sv_send_wqe *w)
 {
 	if (!qp->mc_valid) {
 		enum ibv_wc_status st = lost_status(qp, w, IBV_WC_SUCCESS);
-		int n;
 
 		if (st) { /* checked once, whether or not the group has members */
 			sv_wqe_done(w, st);
 			return TX_DONE;
 		}
-		n = sv_mcast_members(&w->ud.dgid, qp->mc_qpn, SV_MCAST_MEMBERS_MAX);
-
-		qp->mc_n = n > 0 ? n : 0;
-		qp->mc_next = 0;
-		qp->mc_valid = true;
+		qp->want_members = true; /* listed with no lock held: list_members */
+		return TX_BLOCKED;
 	}
 	while (qp->mc_next < qp->mc_n) {
 		enum tx_result r = ud_reach(qp, qp->mc_qpn[qp->mc_next]);

@@ -209,6 +209,14 @@ struct sv_wire_ops {
 	/* Packets peers dropped for a P_Key that did not match this QP's (the port's
 	 * bad_pkey_cntr sums them). */
 	uint32_t (*bad_pkeys)(struct sv_qp *qp);
+
+	/* Optional: UD multicast. Membership of group @mgid (attach twice: 0; detach what is
+	 * not attached: -EINVAL), how many groups a QP is in, and the QPNs of a group's
+	 * members (at most @max; -errno). members may block: no lock is held. */
+	int (*mcast_attach)(struct sv_qp *qp, const union ibv_gid *mgid);
+	int (*mcast_detach)(struct sv_qp *qp, const union ibv_gid *mgid);
+	int (*mcast_count)(struct sv_qp *qp);
+	int (*mcast_members)(struct sv_qp *qp, const union ibv_gid *mgid, uint32_t *qpns, int max);
 };
 
 /* --- up: what a wire calls in the core ---------------------------------------------------- */

@@ -399,4 +399,8 @@ const struct sv_wire_ops sv_wire_shm = {
 	.needs_timer = needs_timer,
 	.timers = timers,
 	.bad_pkeys = bad_pkeys,
+	.mcast_attach = shm_mcast_attach,
+	.mcast_detach = shm_mcast_detach,
+	.mcast_count = shm_mcast_count,
+	.mcast_members = shm_mcast_members,
 };

@@ -115,6 +115,12 @@ enum ibv_wc_status shm_cma_copy(pid_t pid, const struct iovec *local, int n_loca
 				uint64_t remote, uint64_t len, bool write);
 bool shm_assist_on(void);
 
+/* shm_mcast.c: the ops of multicast membership (sv_wire.h) */
+int shm_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid);
+int shm_mcast_detach(struct sv_qp *qp, const union ibv_gid *mgid);
+int shm_mcast_count(struct sv_qp *qp);
+int shm_mcast_members(struct sv_qp *qp, const union ibv_gid *mgid, uint32_t *qpns, int max);
+
 /* shm_rx.c */
 int shm_rx_poll(struct sv_qp *qp);
 int shm_rx_assist(struct sv_qp *qp);

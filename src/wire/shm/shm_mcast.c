@@ -1,4 +1,11 @@
-#include "core/sv_mcast.h"
+/*
+ * UD multicast on one host, the shm wire's way. A QP's membership of a group is an
+ * abstract socket it binds, named softverbs/mcast/<MGID in hex>/<QPN in hex>: the kernel
+ * drops the name when the process exits, so a crashed member leaves nothing stale. A
+ * sender lists the members from /proc/net/unix and sends one copy to each (the same QPN
+ * lookup as any UD send).
+ */
+#include "wire/shm/shm_wire.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -59,7 +66,7 @@ static void group_name(char *out, size_t len, const union ibv_gid *mgid)
 		n += (size_t)snprintf(out + n, len - n, "%02x", mgid->raw[i]);
 }
 
-int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid)
+int shm_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct membership *m;
@@ -67,8 +74,6 @@ int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid)
 	socklen_t len;
 	int fd, err = 0;
 
-	if (qp->ibv.qp_base.qp_type != IBV_QPT_UD || !sv_gid_is_multicast(mgid))
-		return -EINVAL;
 	pthread_once(&mc_once, mc_init);
 	pthread_mutex_lock(&mc_lock);
 	for (m = mc_all; m; m = m->next) {
@@ -107,7 +112,7 @@ out:
 	return err;
 }
 
-int sv_mcast_detach(struct sv_qp *qp, const union ibv_gid *mgid)
+int shm_mcast_detach(struct sv_qp *qp, const union ibv_gid *mgid)
 {
 	struct membership **p, *m;
 
@@ -126,7 +131,7 @@ int sv_mcast_detach(struct sv_qp *qp, const union ibv_gid *mgid)
 	return -EINVAL;
 }
 
-int sv_mcast_count(struct sv_qp *qp)
+int shm_mcast_count(struct sv_qp *qp)
 {
 	int n = 0;
 
@@ -139,13 +144,14 @@ int sv_mcast_count(struct sv_qp *qp)
 
 /* /proc/net/unix: "Num RefCount Protocol Flags Type St Inode Path", abstract names
  * with a leading '@'. */
-int sv_mcast_members(const union ibv_gid *mgid, uint32_t *qpns, int max)
+int shm_mcast_members(struct sv_qp *qp, const union ibv_gid *mgid, uint32_t *qpns, int max)
 {
 	char group[80], line[512];
 	size_t glen;
 	FILE *f;
 	int n = 0;
 
+	(void)qp;
 	group_name(group, sizeof(group), mgid);
 	glen = strlen(group);
 	f = fopen("/proc/net/unix", "re");
