@@ -11,7 +11,6 @@
 
 #include "core/sv_obj.h"
 #include "core/sv_qp_data.h"
-#include "core/sv_qpn.h"
 #include "core/sv_wire.h"
 #include "util/sv_log.h"
 #include "util/sv_time.h"
@@ -112,25 +111,52 @@ void sv_engine_unwatch_locked(uint64_t id)
 }
 
 /*
- * fork() while another thread holds the engine's or the QPN registry's lock would
- * leave the child a lock nobody releases: take both around fork, and give the child
- * fresh ones (it starts its own engine on first use: eng.pid differs).
+ * fork() while another thread holds the engine's lock, or a lock a wire takes under it,
+ * would leave the child a lock nobody releases: take them around fork, the engine's
+ * first, and give the child fresh ones (it starts its own engine on first use: eng.pid
+ * differs).
  */
+enum { MAX_FORK_HOOKS = 4 };
+static struct sv_fork_hooks fork_hooks[MAX_FORK_HOOKS];
+static _Atomic int n_fork_hooks;
+
+void sv_engine_fork_hooks(const struct sv_fork_hooks *h)
+{
+	static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
+	int n;
+
+	pthread_mutex_lock(&once);
+	n = atomic_load(&n_fork_hooks);
+	for (int i = 0; i < n; i++)
+		if (fork_hooks[i].prepare == h->prepare) {
+			pthread_mutex_unlock(&once);
+			return; /* registered already */
+		}
+	if (n < MAX_FORK_HOOKS) {
+		fork_hooks[n] = *h;
+		atomic_store(&n_fork_hooks, n + 1);
+	}
+	pthread_mutex_unlock(&once);
+}
+
 static void atfork_prepare(void)
 {
 	pthread_mutex_lock(&eng.lock);
-	sv_qpn_atfork_prepare();
+	for (int i = 0; i < atomic_load(&n_fork_hooks); i++)
+		fork_hooks[i].prepare();
 }
 
 static void atfork_parent(void)
 {
-	sv_qpn_atfork_parent();
+	for (int i = atomic_load(&n_fork_hooks) - 1; i >= 0; i--)
+		fork_hooks[i].parent();
 	pthread_mutex_unlock(&eng.lock);
 }
 
 static void atfork_child(void)
 {
-	sv_qpn_atfork_child();
+	for (int i = atomic_load(&n_fork_hooks) - 1; i >= 0; i--)
+		fork_hooks[i].child();
 	sv_mr_place_after_fork();
 	pthread_mutex_init(&eng.lock, NULL);
 }

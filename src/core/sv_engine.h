@@ -44,6 +44,13 @@ typedef void (*sv_watch_fn)(void *arg, uint32_t events);
 int sv_engine_watch_locked(int fd, sv_watch_fn fn, void *arg, uint64_t *id);
 void sv_engine_unwatch_locked(uint64_t id);
 
+/* Locks a wire takes under the engine's: held around fork() after the engine's, and
+ * made afresh in the child (each hook set once; up to four). */
+struct sv_fork_hooks {
+	void (*prepare)(void), (*parent)(void), (*child)(void);
+};
+void sv_engine_fork_hooks(const struct sv_fork_hooks *h);
+
 /* The eventfd that wakes the progress thread (a peer on this host may be given it). */
 int sv_engine_wake_fd(void);
 /* Wakes our own progress thread (work it must look at: a blocked transmit). */

@@ -25,7 +25,7 @@
 #include "core/sv_engine.h"
 #include "core/sv_obj.h"
 #include "core/sv_qp_table.h"
-#include "core/sv_qpn.h"
+#include "wire/shm/shm_qpn.h"
 #include "util/sv_log.h"
 #include "util/sv_time.h"
 
@@ -106,9 +106,13 @@ static void drop_link(struct link *l)
 
 int shm_conn_qp_add(struct sv_qp *qp, uint32_t *qpn)
 {
+	static const struct sv_fork_hooks qpn_lock = {
+		sv_qpn_atfork_prepare, sv_qpn_atfork_parent, sv_qpn_atfork_child,
+	};
 	int listen_fd, err;
 
 	*qpn = 0;
+	sv_engine_fork_hooks(&qpn_lock); /* the QPN registry's lock is taken under ours */
 	sv_engine_lock();
 	err = sv_qpn_alloc(qpn, qp, &listen_fd);
 	if (!err && listen_fd >= 0) {

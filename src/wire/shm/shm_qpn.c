@@ -1,4 +1,4 @@
-#include "core/sv_qpn.h"
+#include "wire/shm/shm_qpn.h"
 
 #include <errno.h>
 #include <pthread.h>
