@@ -831,6 +831,17 @@ static void test_hostile_read_resp_for_a_send(void **state)
 	tw_inject(qa, &h, junk, sizeof(junk));
 	WAIT_FOR(f, tw_delivered(qa) >= 1, "A to take the READ_RESP");
 	(void)HAPPENS_WITHIN(f, f->ca.n > 0, 50);
+	print_message("seen: SEND buffer byte 0x%02x, %d completion(s)%s%s\n", f->buf_a[0], f->ca.n,
+		      f->ca.n ? ", the first " : "",
+		      f->ca.n ? ibv_wc_status_str(f->ca.wc[0].status) : "");
+	if (f->ca.n && f->ca.wc[0].status == IBV_WC_SUCCESS) {
+		/* The READ_RESP counted a READ done: is the max_rd_atomic count still right? */
+		(void)tw_take(p, &h, NULL, 0);
+		post_a(f, 9, IBV_WR_RDMA_READ, 1000, 8, (uintptr_t)f->buf_b, f->mrb->rkey);
+		print_message("seen: a READ posted after it %s\n",
+			      HAPPENS_WITHIN(f, tw_queued(p) > 0, 300) ?
+				      "is sent" : "is never sent (rd_atomic_out wrapped below 0)");
+	}
 	if (f->buf_a[0] == 0xee || (f->ca.n && f->ca.wc[0].status == IBV_WC_SUCCESS))
 		known_gap("sv_comp.c read_resp/waiting_wqe: a READ_RESP is matched to any waiting "
 			  "WQE by msn, not only to a READ: it writes the payload into an "
@@ -855,6 +866,10 @@ static void test_hostile_atomic_resp_for_a_send(void **state)
 	h.value = 0xeeeeeeeeeeeeeeeeull;
 	tw_inject(qa, &h, NULL, 0);
 	WAIT_FOR(f, tw_delivered(qa) >= 1, "A to take the ATOMIC_RESP");
+	(void)HAPPENS_WITHIN(f, f->ca.n > 0, 50);
+	print_message("seen: SEND buffer byte 0x%02x, %d completion(s)%s%s\n", f->buf_a[0], f->ca.n,
+		      f->ca.n ? ", the first " : "",
+		      f->ca.n ? ibv_wc_status_str(f->ca.wc[0].status) : "");
 	if (f->buf_a[0] == 0xee)
 		known_gap("sv_comp.c sv_comp_deliver SV_OP_ATOMIC_RESP: matched to any waiting "
 			  "WQE by msn, not only to an atomic: the value is written into an "
