@@ -106,7 +106,7 @@ static enum ibv_qp_state qp_state(struct ibv_qp *qp)
 	return tu_query_state(qp);
 }
 
-static int setup(void **state)
+static int setup_with(void **state, bool unordered)
 {
 	struct fx *f = calloc(1, sizeof(*f));
 	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
@@ -120,6 +120,7 @@ static int setup(void **state)
 	if (!f)
 		return -1;
 	tw_reset_knobs();
+	tw_unordered = unordered;
 	f->ctx = tu_open();
 	f->pd = ibv_alloc_pd(f->ctx);
 	f->cqa = ibv_create_cq(f->ctx, N_WC, NULL, NULL, 0);
@@ -142,6 +143,17 @@ static int setup(void **state)
 		return -1;
 	*state = f;
 	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_with(state, false);
+}
+
+/* QPs on tw_wire_unordered (caps without SV_WIRE_ORDERED). */
+static int setup_unordered(void **state)
+{
+	return setup_with(state, true);
 }
 
 static int teardown(void **state)
@@ -552,6 +564,94 @@ static void test_read_past_mr_end(void **state)
 	assert_int_equal(tw_sent(f->b->qp_num, SV_OP_READ_RESP), 0);
 }
 
+/* A WRITE of 3 segments that starts inside B's MR and ends 500 bytes past it:
+ * REM_ACCESS_ERR, nothing outside the MR written; and (the protocol: the range of the
+ * whole message is checked on its first packet) nothing inside it either. */
+static void test_write_multi_segment_past_mr_end(void **state)
+{
+	struct fx *f = *state;
+	int written = 0;
+
+	connect_ab(f, 7);
+	memset(f->buf_a, 0x5a, 3000);
+	post_a(f, 1, IBV_WR_RDMA_WRITE, 0, 3000, (uintptr_t)f->buf_b + REGION - 2500,
+	       f->mrb->rkey);
+	WAIT_FOR(f, f->ca.n == 1, "the WRITE's completion");
+	expect_wc(&f->ca.wc[0], 1, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_WRITE);
+	WAIT_FOR(f, qp_state(f->b) == IBV_QPS_ERR, "the responder's QP in ERR");
+	check_guards(f);
+	for (int i = REGION - 2500; i < REGION; i++)
+		written += f->buf_b[i] != 0;
+	if (written) {
+		print_message("seen: %d bytes of the refused WRITE placed inside the MR\n", written);
+		known_gap("sv_resp.c rx_write: a WRITE's range is checked segment by segment "
+			  "(raddr + offset, len), not whole (raddr, total) on its first segment: "
+			  "the segments before the one that runs past the MR's end are placed, "
+			  "then the WRITE fails with REM_ACCESS_ERR");
+	}
+	assert_int_equal(written, 0);
+}
+
+/* --- a wire that is not ORDERED (tw_wire_unordered) -------------------------------------- */
+
+/* Every message carried twice: a SEND still fills one receive. */
+static void test_unordered_duplicated_send(void **state)
+{
+	struct fx *f = *state;
+
+	tw_knobs.dup_all = true;
+	connect_ab(f, 7);
+	fill(f->buf_a, 100, 31);
+	post_recv(f, 1, f->buf_b, 256);
+	post_recv(f, 2, f->buf_b + 256, 256);
+	post_a(f, 3, IBV_WR_SEND, 0, 100, 0, 0);
+	WAIT_FOR(f, f->ca.n == 1 && f->cb.n >= 1, "the SEND's completions");
+	expect_wc(&f->ca.wc[0], 3, IBV_WC_SUCCESS, IBV_WC_SEND);
+	if (HAPPENS_WITHIN(f, f->cb.n >= 2, 200))
+		known_gap("the core needs SV_WIRE_ORDERED and never reads a wire's caps: on a "
+			  "wire that duplicates, a duplicated SEND fills a second receive "
+			  "(sv_resp.c keeps no expected msn to drop a duplicate)");
+	assert_int_equal(f->cb.n, 1);
+}
+
+/* The first request held back behind the second: a 2-segment SEND's segments arrive in
+ * the wrong order. It completes, byte-exact (or at least fails: it must not hang). */
+static void test_unordered_swapped_segments(void **state)
+{
+	struct fx *f = *state;
+
+	tw_knobs.swap_first = true;
+	connect_ab(f, 7);
+	fill(f->buf_a, 2000, 32);
+	post_recv(f, 1, f->buf_b, 4096);
+	post_a(f, 2, IBV_WR_SEND, 0, 2000, 0, 0);
+	if (!HAPPENS_WITHIN(f, f->ca.n == 1, 1000))
+		known_gap("the core needs SV_WIRE_ORDERED: a SEND's segments out of order: the "
+			  "second (not FIRST) is dropped as a segment of a message not started "
+			  "(sv_resp.c rx_send), the first then waits for a LAST that never comes; "
+			  "with no transport timer the SEND never completes");
+	expect_wc(&f->ca.wc[0], 2, IBV_WC_SUCCESS, IBV_WC_SEND);
+	WAIT_FOR(f, f->cb.n == 1, "the receive");
+	assert_memory_equal(f->buf_b, f->buf_a, 2000);
+}
+
+/* The first request lost: retransmitted (or failed with RETRY_EXC_ERR after timeout x
+ * retry_cnt, here about 0.5 s); it must not wait for ever. */
+static void test_unordered_dropped_request(void **state)
+{
+	struct fx *f = *state;
+
+	tw_knobs.drop_first = true;
+	connect_ab(f, 7);
+	post_recv(f, 1, f->buf_b, 256);
+	post_a(f, 2, IBV_WR_SEND, 0, 100, 0, 0);
+	if (!HAPPENS_WITHIN(f, f->ca.n == 1, 2000))
+		known_gap("no transport timer: a lost request is never retransmitted nor failed "
+			  "(timeout and retry_cnt are kept by modify_qp, never used: sv_comp.c "
+			  "runs only the RNR timer); the WR never completes");
+	assert_int_equal(f->ca.n, 1);
+}
+
 /* --- a hostile peer ---------------------------------------------------------------------- */
 
 /* B connected to a phantom (the hostile peer), in RTS. */
@@ -894,6 +994,7 @@ int main(void)
 		T(test_wire_full_then_resumes),
 		T(test_write_bad_rkey),
 		T(test_read_past_mr_end),
+		T(test_write_multi_segment_past_mr_end),
 		T(test_hostile_write_wrong_key),
 		T(test_hostile_write_past_mr_end),
 		T(test_hostile_write_below_mr),
@@ -905,6 +1006,11 @@ int main(void)
 		T(test_hostile_ack_beyond_what_was_sent),
 		T(test_hostile_read_resp_for_a_send),
 		T(test_hostile_atomic_resp_for_a_send),
+#define U(fn) cmocka_unit_test_setup_teardown(fn, setup_unordered, teardown)
+		U(test_unordered_duplicated_send),
+		U(test_unordered_swapped_segments),
+		U(test_unordered_dropped_request),
+#undef U
 #undef T
 	};
 

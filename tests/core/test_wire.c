@@ -33,6 +33,7 @@ struct tw_ep {
 	uint64_t polls;
 	/* under the table's lock */
 	bool used, phantom;
+	bool unordered; /* its QP has tw_wire_unordered: the knobs apply */
 	struct sv_qp *qp;
 	/* the owner's connection: written under its rx_busy and sq.lock */
 	_Atomic uint32_t peer;
@@ -41,6 +42,9 @@ struct tw_ep {
 	_Atomic bool armed, peer_left;
 	_Atomic uint64_t sent[TW_OPS], eagain, delivered;
 	_Atomic uint32_t max_len;
+	/* unordered knobs, under lock */
+	uint64_t puts;
+	struct tw_msg *held;
 };
 
 static struct tw_ep eps[TW_EPS];
@@ -49,10 +53,12 @@ static uint32_t next_qpn = TW_FIRST_QPN;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 struct tw_knobs tw_knobs = { .seg_max = 1000, .capacity = TW_QMAX };
+bool tw_unordered;
 
 void tw_reset_knobs(void)
 {
 	tw_knobs = (struct tw_knobs){ .seg_max = 1000, .capacity = TW_QMAX };
+	tw_unordered = false;
 }
 
 static void init_eps(void)
@@ -95,6 +101,9 @@ static void queue_clear(struct tw_ep *e)
 		e->head = (e->head + 1) % TW_QMAX;
 		e->n--;
 	}
+	free(e->held);
+	e->held = NULL;
+	e->puts = 0;
 	pthread_mutex_unlock(&e->lock);
 }
 
@@ -111,12 +120,28 @@ static void ep_free(uint32_t qpn)
 	queue_clear(e);
 }
 
+/* What the unordered knobs do to a message of @op into @e (lock held): drop and swap
+ * count the requests only (an endpoint's first answer held back would never go). */
+enum mangle { M_QUEUE, M_DROP, M_HOLD, M_TWICE };
+
+static enum mangle mangle(struct tw_ep *e, uint8_t op)
+{
+	if (op < SV_OP_REQ_MAX && ++e->puts == 1) {
+		if (tw_knobs.drop_first)
+			return M_DROP;
+		if (tw_knobs.swap_first)
+			return M_HOLD;
+	}
+	return tw_knobs.dup_all ? M_TWICE : M_QUEUE;
+}
+
 /* Appends a copy of @h and its payload to @dest's queue. @limit: the capacity knob. */
 static int put(uint32_t dest, const struct sv_hdr *h, const struct iovec *iov, int n_iov,
 	       const void *flat, uint32_t len, bool limit)
 {
 	struct tw_ep *e = ep_of(dest);
 	struct tw_msg *m;
+	enum mangle how;
 	uint32_t off = 0;
 
 	if (!e)
@@ -151,8 +176,31 @@ static int put(uint32_t dest, const struct sv_hdr *h, const struct iovec *iov, i
 		return -EAGAIN;
 	}
 	m->due = e->polls + tw_knobs.delay;
+	how = limit && e->unordered ? mangle(e, h->op) : M_QUEUE;
+	if (how == M_DROP || how == M_HOLD) {
+		if (how == M_HOLD)
+			e->held = m;
+		else
+			free(m);
+		pthread_mutex_unlock(&e->lock);
+		return 0;
+	}
 	e->q[(e->head + e->n) % TW_QMAX] = m;
 	e->n++;
+	if (how == M_TWICE && e->n < TW_QMAX) {
+		struct tw_msg *d = malloc(sizeof(*m) + m->n);
+
+		if (d) {
+			memcpy(d, m, sizeof(*m) + m->n);
+			e->q[(e->head + e->n) % TW_QMAX] = d;
+			e->n++;
+		}
+	}
+	if (e->held && e->puts == 2) { /* the first goes after the second */
+		e->q[(e->head + e->n) % TW_QMAX] = e->held;
+		e->n++;
+		e->held = NULL;
+	}
 	pthread_mutex_unlock(&e->lock);
 	if (atomic_load(&e->armed))
 		sv_engine_kick();
@@ -178,6 +226,7 @@ static int qp_init(struct sv_qp *qp, uint32_t *qpn)
 	if (!n)
 		return -ENOSPC;
 	qp->wire_qp = &eps[n];
+	eps[n].unordered = qp->wire == &tw_wire_unordered;
 	*qpn = n;
 	return 0;
 }
@@ -484,12 +533,37 @@ const struct sv_wire_ops tw_wire = {
 	.bad_pkeys = bad_pkeys,
 };
 
+/* The same wire, its caps saying it may reorder, drop and duplicate (the knobs). */
+const struct sv_wire_ops tw_wire_unordered = {
+	.name = "test-unordered",
+	.caps = SV_WIRE_ACKED | SV_WIRE_RNR | SV_WIRE_ATOMICS | SV_WIRE_IMM,
+	.qp_init = qp_init,
+	.qp_fini = qp_fini,
+	.publish = publish,
+	.connect = connect_qpn,
+	.attach = attach,
+	.release = release,
+	.disconnect = disconnect,
+	.discard = discard,
+	.reach = reach,
+	.seg_max = seg_max,
+	.send = tw_send,
+	.abandon = abandon,
+	.poll = poll_qp,
+	.arm = arm,
+	.disarm = disarm,
+	.local_peer = local_peer,
+	.needs_timer = needs_timer,
+	.timers = timers,
+	.bad_pkeys = bad_pkeys,
+};
+
 /* Which wire a new QP gets: this one. Defined here, the link never pulls sv_wires.o (and
  * with it the shm wire) out of libsvcore.a. */
 const struct sv_wire_ops *sv_wire_for_qp(void);
 const struct sv_wire_ops *sv_wire_for_qp(void)
 {
-	return &tw_wire;
+	return tw_unordered ? &tw_wire_unordered : &tw_wire;
 }
 
 /* --- the test's side ----------------------------------------------------------------------- */

@@ -8,8 +8,9 @@
  * WRITE and READ responses into many segments), the capacity of a queue (send says
  * -EAGAIN beyond it: the core must resume), and a delay (a message is delivered only
  * after that many polls of its receiver). The wire is ORDERED (each message exactly once,
- * in order): the core needs that today (sv_resp.c has no sequence window), so the wire
- * has no reorder, drop or duplicate mode.
+ * in order): the core needs that today (sv_resp.c has no sequence window, sv_comp.c no
+ * transport timer). Its reorder, drop and duplicate knobs are for tw_wire_unordered,
+ * whose caps say so, and the tests that use it show what fails.
  *
  * A phantom is a QPN no QP owns: a QP connected to it sends into its queue, and the test
  * plays the peer by hand (tw_take what the QP sent, tw_inject what a hostile peer would
@@ -27,12 +28,18 @@ struct tw_knobs {
 	uint32_t seg_max;  /* the largest SEND, WRITE or READ_RESP segment */
 	uint32_t capacity; /* messages a queue holds before send says -EAGAIN (<= TW_QMAX) */
 	uint32_t delay;    /* polls of the receiver a message waits before delivery */
+	/* Unordered (only with tw_unordered: the QPs then get a wire whose caps lack
+	 * SV_WIRE_ORDERED): each endpoint's first message is dropped, or held until its
+	 * second has gone ahead of it; or every message is carried twice. */
+	bool drop_first, swap_first, dup_all;
 };
 
 enum { TW_QMAX = 4096, TW_OPS = 16 };
 
 extern struct tw_knobs tw_knobs;
-extern const struct sv_wire_ops tw_wire;
+extern const struct sv_wire_ops tw_wire, tw_wire_unordered;
+/* Which of the two a QP created from now on gets (sv_wire_for_qp). */
+extern bool tw_unordered;
 
 /* Defaults: seg_max 1000, capacity TW_QMAX, no delay. */
 void tw_reset_knobs(void);
