@@ -55,7 +55,7 @@ static void acked_upto(struct sv_qp *qp, uint32_t msn)
 		if (!sv_msn_le(w->msn, msn))
 			break;
 		sv_wqe_done(w, IBV_WC_SUCCESS);
-		if (sv_wqe_reads(w))
+		if (sv_wqe_reads(w) && qp->rd_atomic_out)
 			qp->rd_atomic_out--;
 		else if (w->opcode == IBV_WR_RDMA_WRITE && qp->msg_writes_out)
 			qp->msg_writes_out--;
@@ -64,13 +64,21 @@ static void acked_upto(struct sv_qp *qp, uint32_t msn)
 		sv_set_hint(qp->rnr_deadline, 0);
 }
 
-static struct sv_send_wqe *waiting_wqe(struct sv_qp *qp, uint32_t msn)
+/* The WQE waiting for the answer to @msn, if it is of the kind that answer is for
+ * (@reads: a READ or an atomic; else anything). */
+static struct sv_send_wqe *waiting_wqe(struct sv_qp *qp, uint32_t msn, uint32_t op)
 {
 	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
 		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
 
-		if (w->state == SV_WQE_WAIT && w->msn == msn)
+		if (w->state == SV_WQE_WAIT && w->msn == msn) {
+			if (op == IBV_WR_RDMA_READ && w->opcode != IBV_WR_RDMA_READ)
+				return NULL;
+			if (op == IBV_WR_ATOMIC_CMP_AND_SWP && w->opcode != IBV_WR_ATOMIC_CMP_AND_SWP &&
+			    w->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD)
+				return NULL;
 			return w;
+		}
 	}
 	return NULL;
 }
@@ -108,7 +116,7 @@ static const uint32_t rnr_timer_us[32] = {
  * have gone since the READ was sent). */
 static void read_resp(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p)
 {
-	struct sv_send_wqe *w = waiting_wqe(qp, h->msn);
+	struct sv_send_wqe *w = waiting_wqe(qp, h->msn, IBV_WR_RDMA_READ);
 	struct iovec iov[SV_IOV_MAX], piece[SV_IOV_MAX];
 	uint64_t total;
 	int n, k;
@@ -122,7 +130,8 @@ static void read_resp(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_
 	if (h->flags & SV_F_LAST) {
 		acked_upto(qp, h->msn - 1);
 		sv_wqe_done(w, IBV_WC_SUCCESS);
-		qp->rd_atomic_out--;
+		if (qp->rd_atomic_out)
+			qp->rd_atomic_out--;
 	}
 }
 
@@ -135,11 +144,19 @@ enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 	 * they could answer. */
 	if (st != IBV_QPS_RTS && st != IBV_QPS_SQD)
 		return SV_RX_CONSUMED;
+	/* Only the peer answers, and only what was sent (a stranger's or a forged answer
+	 * completes nothing: it is dropped, as a NIC drops a packet out of its window). */
+	if (h->src_qpn != qp->attr.dest_qp_num)
+		return SV_RX_CONSUMED;
 	sv_spin_lock(&qp->sq.lock);
 	if (qp->tx_claimed) {
 		/* A claimed transmit may have sent what this answers without marking it yet. */
 		pthread_spin_unlock(&qp->sq.lock);
 		return SV_RX_HOLD;
+	}
+	if (!sv_msn_le(h->msn, qp->next_msn) || (h->op != SV_OP_ACK && !h->msn)) {
+		pthread_spin_unlock(&qp->sq.lock);
+		return SV_RX_CONSUMED;
 	}
 	switch (h->op) {
 	case SV_OP_ACK:
@@ -149,8 +166,10 @@ enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 		read_resp(qp, h, p);
 		break;
 	case SV_OP_ATOMIC_RESP:
-		w = waiting_wqe(qp, h->msn);
-		if (w && w->num_sge == 1) {
+		w = waiting_wqe(qp, h->msn, IBV_WR_ATOMIC_CMP_AND_SWP);
+		if (!w)
+			break; /* answers no atomic of ours */
+		if (w->num_sge == 1) {
 			uint64_t va;
 
 			/* The original value lands in our buffer (checked at transmit). */
@@ -161,10 +180,11 @@ enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 		acked_upto(qp, h->msn);
 		break;
 	case SV_OP_NAK:
-		acked_upto(qp, h->msn - 1);
 		w = nak_target(qp, h->msn);
-		if (w)
-			sv_wqe_done(w, (enum ibv_wc_status)h->status);
+		if (!w)
+			break; /* about nothing outstanding: a ghost */
+		acked_upto(qp, h->msn - 1);
+		sv_wqe_done(w, (enum ibv_wc_status)h->status);
 		qp->tx_stopped = true;
 		break;
 	case SV_OP_RNR:
@@ -196,7 +216,7 @@ int sv_comp_timers(struct sv_qp *qp)
 	if (!sv_hint(qp->rnr_deadline) || sv_now_ns() < sv_hint(qp->rnr_deadline))
 		return 0;
 	/* IBA 9.7.5.2.8: the RNR retries ran out. */
-	w = waiting_wqe(qp, qp->rnr_msn);
+	w = waiting_wqe(qp, qp->rnr_msn, 0);
 	sv_set_hint(qp->rnr_deadline, 0);
 	if (w) {
 		acked_upto(qp, w->msn - 1);

@@ -268,8 +268,10 @@ struct sv_qp {
 	_Atomic int err_event;        /* SV_ERR_NONE, or the error to enter (sv_qp_fail) */
 	/* responder, under rx_busy */
 	struct sv_rx_dst rx_dst;      /* where the request at the head lands */
+	uint32_t rx_msn;              /* the last request msn taken (the next must be + 1) */
 	uint32_t ack_due, ack_sent;   /* the last msn handled / acknowledged */
 	bool resp_pending;            /* resp: an answer that found the wire full, owed */
+	bool resp_valid;              /* resp: the last atomic's answer (for a duplicate) */
 	struct sv_hdr resp;
 	atomic_bool rnr_held;         /* the message at the head waits for a receive */
 	uint32_t rnr_told;            /* msn whose RNR NAK was sent */

@@ -251,6 +251,11 @@ static enum sv_rx rx_write(struct sv_qp *qp, const struct sv_hdr *h, const struc
 	bool imm = (h->flags & SV_F_LAST) && (h->flags & SV_F_IMM);
 	uint64_t va = 0;
 
+	/* The whole WRITE is checked on its first segment (nothing of a refused one is
+	 * placed), each segment again where it lands (the keys may change meanwhile). */
+	if ((h->flags & SV_F_FIRST) && !(h->flags & SV_F_PLACED) && h->total > h->len &&
+	    !sv_resp_access(qp, h->rkey, h->raddr, h->total, IBV_ACCESS_REMOTE_WRITE, false, &va))
+		return refuse(qp, h, IBV_WC_REM_ACCESS_ERR);
 	if (h->len && !sv_resp_access(qp, h->rkey, h->raddr + h->offset, h->len,
 				      IBV_ACCESS_REMOTE_WRITE, true, &va))
 		return refuse(qp, h, IBV_WC_REM_ACCESS_ERR);
@@ -358,6 +363,7 @@ static enum sv_rx rx_atomic(struct sv_qp *qp, const struct sv_hdr *h)
 				    .msn = h->msn, .src_qpn = qp->ibv.qp_base.qp_num };
 	qp->resp.value = sv_resp_atomic_app((uint64_t *)(uintptr_t)va, h->flags & SV_F_CMP_SWP,
 					    h->compare_add, h->swap);
+	qp->resp_valid = true;
 	qp->resp_pending = qp->wire->send(qp, &qp->resp, NULL, 0) != 0;
 	count_rx(qp, h, 8);
 	qp->ack_due = h->msn;
@@ -430,6 +436,27 @@ static enum sv_rx rx_xrc(struct sv_qp *qp, const struct sv_hdr *h, const struct 
 	return r;
 }
 
+/*
+ * A request whose msn is not the next one (IBA 9.7.5.1.1, the PSN checks): one already
+ * taken is a duplicate — executed once, so it is answered again (an atomic with the
+ * value it had, anything else with the acknowledgement of everything taken) and not
+ * executed; one beyond the next means requests were lost, which a wire that delivers in
+ * order never does: the peer broke the protocol, a sequence error (NAK, Error).
+ */
+static enum sv_rx out_of_sequence(struct sv_qp *qp, const struct sv_hdr *h)
+{
+	if (sv_msn_le(h->msn, qp->rx_msn)) {
+		if (h->op == SV_OP_ATOMIC && qp->resp_valid && qp->resp.msn == h->msn)
+			return qp->wire->send(qp, &qp->resp, NULL, 0) ? SV_RX_HOLD : SV_RX_CONSUMED;
+		if (qp->rx_msn)
+			ack(qp, qp->rx_msn, true);
+		return SV_RX_CONSUMED;
+	}
+	sv_dbg("qp %u: request msn %u from qp %u, expected %u: sequence error",
+	       qp->ibv.qp_base.qp_num, h->msn, h->src_qpn, qp->rx_msn + 1);
+	return refuse(qp, h, IBV_WC_REM_INV_REQ_ERR);
+}
+
 enum sv_rx sv_resp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p)
 {
 	/* An error being entered, then the published state (modify_qp may change it while we
@@ -463,6 +490,16 @@ enum sv_rx sv_resp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 			return SV_RX_HOLD;
 		qp->resp_pending = false;
 	}
+	if (h->msn) {
+		enum sv_rx r;
+
+		if (h->msn != qp->rx_msn + 1)
+			return out_of_sequence(qp, h);
+		r = qp->xrcd ? rx_xrc(qp, h, p) : rx_request(qp, h, p);
+		if (r == SV_RX_CONSUMED)
+			qp->rx_msn = h->msn;
+		return r;
+	}
 	return qp->xrcd ? rx_xrc(qp, h, p) : rx_request(qp, h, p);
 }
 
@@ -487,5 +524,7 @@ void sv_resp_reset(struct sv_qp *qp)
 	qp->rx_active = false;
 	qp->resp_off = 0;
 	qp->resp_pending = false;
+	qp->resp_valid = false;
+	qp->rx_msn = 0;
 	qp->acc_hi = 0;
 }

@@ -5,6 +5,7 @@
 #include "wire/shm/shm_wire.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -84,6 +85,9 @@ static void qp_fini(struct sv_qp *qp)
 	if (!s)
 		return;
 	shm_conn_qp_remove(qp);
+	/* Found by its number until just now (shm_conn_pin_qp): a pin taken before waits. */
+	while (atomic_load(&qp->eng_ref))
+		sched_yield();
 	munmap(s->seg, s->seg_len);
 	close(s->seg_fd);
 	free(s);
