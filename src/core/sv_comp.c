@@ -6,8 +6,24 @@
 #include <string.h>
 
 #include "core/sv_cq.h"
-#include "core/sv_qp_priv.h"
+#include "core/sv_path.h"
 #include "util/sv_lock.h"
+
+/* The completion's opcode of a WR's. */
+enum ibv_wc_opcode sv_wc_opcode_of(uint32_t wr_opcode)
+{
+	switch (wr_opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+	case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+	case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
+	case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+	case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
+	case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
+	default: return IBV_WC_SEND;
+	}
+}
 
 /* Reports finished WQEs in order (IBA 10.8: completions in the order posted). */
 void sv_comp_complete_locked(struct sv_qp *qp)

@@ -3,12 +3,13 @@
  * (connect at RTR, flush at Error, drain at RESET), errors entered later with the QP's
  * lock (settle), and progress: what arrived, blocked transmits, timers.
  */
-#include "core/sv_qp_priv.h"
+#include "core/sv_qp_data.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
 #include "core/sv_cq.h"
+#include "core/sv_path.h"
 #include "core/sv_look.h"
 #include "core/sv_mcast.h"
 #include "util/sv_lock.h"
@@ -85,21 +86,6 @@ void sv_qp_data_publish(struct sv_qp *qp)
 
 /* ---------------------------------------------------------------------------------------- */
 /* state changes, flush                                                                     */
-
-enum ibv_wc_opcode sv_wc_opcode_of(uint32_t wr_opcode)
-{
-	switch (wr_opcode) {
-	case IBV_WR_RDMA_WRITE:
-	case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
-	case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
-	case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
-	case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
-	case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
-	case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
-	case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
-	default: return IBV_WC_SEND;
-	}
-}
 
 void sv_qp_flush_sq_locked(struct sv_qp *qp)
 {

@@ -12,7 +12,7 @@
 
 #include "core/sv_cq.h"
 #include "core/sv_mcast.h"
-#include "core/sv_qp_priv.h"
+#include "core/sv_path.h"
 #include "util/sv_lock.h"
 #include "util/sv_log.h"
 
@@ -115,7 +115,7 @@ void sv_qp_tx_connect(struct sv_qp *qp)
 	sv_rx_unlock(qp);
 	if (conn)
 		qp->wire->release(qp, conn); /* not kept, or not wanted any more */
-	sv_qp_settle(qp);
+	/* An error found meanwhile is entered by the caller (sv_qp_settle). */
 }
 
 /* The GRH a UD receiver finds in front of the data (IPv6 form; IBA 8.3, RoCE v2 GIDs). */

@@ -11,7 +11,7 @@
 
 #include "core/sv_cq.h"
 #include "core/sv_look.h"
-#include "core/sv_qp_priv.h"
+#include "core/sv_path.h"
 #include "util/sv_lock.h"
 #include "util/sv_log.h"
 #include "util/sv_mem.h"

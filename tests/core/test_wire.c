@@ -13,7 +13,7 @@
 
 #include "core/sv_engine.h"
 #include "core/sv_mr.h"
-#include "core/sv_qp_priv.h"
+#include "core/sv_path.h"
 #include "core/sv_qp_table.h"
 #include "util/sv_lock.h"
 

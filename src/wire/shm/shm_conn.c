@@ -24,6 +24,7 @@
 
 #include "core/sv_engine.h"
 #include "core/sv_obj.h"
+#include "core/sv_qp_data.h"
 #include "core/sv_qp_table.h"
 #include "wire/shm/shm_qpn.h"
 #include "util/sv_log.h"
@@ -588,4 +589,28 @@ static void link_event(void *arg, uint32_t events)
 			}
 		}
 	}
+}
+
+/* --- the peer connection ended ------------------------------------------------------------ */
+
+void shm_qp_peer_lost(struct sv_qp *qp, uint32_t peer_qpn, bool fatal)
+{
+	uint32_t st = atomic_load(&qp->pub.state);
+
+	/* Read from the published attributes, without the QP's lock: the engine never waits
+	 * for it. The QP may have moved on to another peer meanwhile. */
+	if (qp->ibv.qp_base.qp_type == IBV_QPT_UD || atomic_load(&qp->pub.dest_qpn) != peer_qpn ||
+	    (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD))
+		return;
+	sv_dbg("qp %u: peer qp %u %s", qp->ibv.qp_base.qp_num, peer_qpn,
+	       fatal ? "died" : "went away");
+	if (fatal) {
+		/* A dead peer is fatal: async QP_FATAL, everything outstanding flushed. */
+		sv_qp_fail(qp, SV_ERR_EVENT(IBV_EVENT_QP_FATAL));
+		return;
+	}
+	/* A peer that left (destroyed or reset its QP) does not touch our QP, as on a NIC:
+	 * once what it sent before leaving is handled, work waiting for it fails as if the
+	 * retries ran out (timers). */
+	atomic_store(&shm_qp(qp)->peer_left, true);
 }

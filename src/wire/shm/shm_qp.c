@@ -31,7 +31,7 @@ static void rx_unlock(struct sv_qp *qp)
 	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
 }
 
-static int qp_init(struct sv_qp *qp, uint32_t *qpn)
+int shm_qp_qp_init(struct sv_qp *qp, uint32_t *qpn)
 {
 	struct shm_qp *s = calloc(1, sizeof(*s));
 	int err = -ENOMEM;
@@ -78,7 +78,7 @@ err_fd:
 	return err;
 }
 
-static void qp_fini(struct sv_qp *qp)
+void shm_qp_qp_fini(struct sv_qp *qp)
 {
 	struct shm_qp *s = shm_qp(qp);
 
@@ -94,7 +94,7 @@ static void qp_fini(struct sv_qp *qp)
 	qp->wire_qp = NULL;
 }
 
-static void publish(struct sv_qp *qp)
+void shm_qp_publish(struct sv_qp *qp)
 {
 	struct shm_qp_page *p = shm_qp(qp)->page;
 	uint32_t st = atomic_load(&qp->pub.state);
@@ -112,7 +112,7 @@ static void publish(struct sv_qp *qp)
 
 /* --- peers -------------------------------------------------------------------------------- */
 
-static int connect_qpn(struct sv_qp *qp, uint32_t qpn, void **conn)
+int shm_qp_connect_qpn(struct sv_qp *qp, uint32_t qpn, void **conn)
 {
 	struct shm_peer *peer = NULL;
 	int err = shm_conn_connect(qp, qpn, &peer);
@@ -153,7 +153,7 @@ static struct shm_peer *ud_dest_add(struct shm_qp *s, struct shm_peer *peer)
 	return old;
 }
 
-static void *attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
+void *shm_qp_attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
 {
 	struct shm_qp *s = shm_qp(qp);
 	struct shm_peer *peer = conn;
@@ -175,13 +175,13 @@ static void *attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
 	return NULL;
 }
 
-static void release(struct sv_qp *qp, void *conn)
+void shm_qp_release(struct sv_qp *qp, void *conn)
 {
 	(void)qp;
 	shm_conn_disconnect(conn);
 }
 
-static void disconnect(struct sv_qp *qp)
+void shm_qp_disconnect(struct sv_qp *qp)
 {
 	struct shm_qp *s = shm_qp(qp);
 	struct shm_peer *peer;
@@ -208,7 +208,7 @@ static void disconnect(struct sv_qp *qp)
 }
 
 /* Empties our inbound fifo: what was sent to the QP before RESET is gone. */
-static void discard(struct sv_qp *qp)
+void shm_qp_discard(struct sv_qp *qp)
 {
 	struct shm_qp *s = shm_qp(qp);
 	struct shm_slot *slot;
@@ -224,30 +224,8 @@ static void discard(struct sv_qp *qp)
 	s->burst_next = 0;
 }
 
-void shm_qp_peer_lost(struct sv_qp *qp, uint32_t peer_qpn, bool fatal)
-{
-	uint32_t st = atomic_load(&qp->pub.state);
-
-	/* Read from the published attributes, without the QP's lock: the engine never waits
-	 * for it. The QP may have moved on to another peer meanwhile. */
-	if (qp->ibv.qp_base.qp_type == IBV_QPT_UD || atomic_load(&qp->pub.dest_qpn) != peer_qpn ||
-	    (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD))
-		return;
-	sv_dbg("qp %u: peer qp %u %s", qp->ibv.qp_base.qp_num, peer_qpn,
-	       fatal ? "died" : "went away");
-	if (fatal) {
-		/* A dead peer is fatal: async QP_FATAL, everything outstanding flushed. */
-		sv_qp_fail(qp, SV_ERR_EVENT(IBV_EVENT_QP_FATAL));
-		return;
-	}
-	/* A peer that left (destroyed or reset its QP) does not touch our QP, as on a NIC:
-	 * once what it sent before leaving is handled, work waiting for it fails as if the
-	 * retries ran out (timers). */
-	atomic_store(&shm_qp(qp)->peer_left, true);
-}
-
 /* The peer left: once its last messages are handled, let go of it. */
-static int timers(struct sv_qp *qp)
+int shm_qp_timers(struct sv_qp *qp)
 {
 	struct shm_qp *s = shm_qp(qp);
 	struct shm_peer *gone = NULL;
@@ -274,22 +252,12 @@ static int timers(struct sv_qp *qp)
 	return gone != NULL;
 }
 
-static bool needs_timer(struct sv_qp *qp)
+bool shm_qp_needs_timer(struct sv_qp *qp)
 {
 	return atomic_load_explicit(&shm_qp(qp)->peer_left, memory_order_relaxed);
 }
 
-/* IBA 10.9.3: would @peer's QP accept our packets? It drops the others, silently. */
-bool shm_pkeys_match(const struct sv_qp *qp, const struct shm_peer *peer)
-{
-	uint32_t a = atomic_load_explicit(&shm_qp(qp)->page->pkey, memory_order_relaxed);
-	uint32_t b = atomic_load_explicit(&peer->page->pkey, memory_order_relaxed);
-
-	/* Their low 15 bits equal (and not 0), at least one a full member (bit 15). */
-	return (a & 0x7fff) && (a & 0x7fff) == (b & 0x7fff) && ((a | b) & 0x8000);
-}
-
-static enum sv_reach reach(struct sv_qp *qp, uint32_t dest_qpn)
+enum sv_reach shm_qp_reach(struct sv_qp *qp, uint32_t dest_qpn)
 {
 	struct shm_qp *s = shm_qp(qp);
 	struct shm_peer *peer;
@@ -313,7 +281,7 @@ static enum sv_reach reach(struct sv_qp *qp, uint32_t dest_qpn)
 }
 
 /* Dropped for its P_Key: the peer's port counts it (its bad_pkey_cntr), on its page. */
-static void dropped(struct sv_qp *qp, uint32_t dest_qpn)
+void shm_qp_dropped(struct sv_qp *qp, uint32_t dest_qpn)
 {
 	struct shm_qp *s = shm_qp(qp);
 	struct shm_peer *peer = qp->ibv.qp_base.qp_type == IBV_QPT_UD ? ud_find(s, dest_qpn)
@@ -323,7 +291,7 @@ static void dropped(struct sv_qp *qp, uint32_t dest_qpn)
 		atomic_fetch_add_explicit(&peer->page->bad_pkey, 1, memory_order_relaxed);
 }
 
-static void abandon(struct sv_qp *qp, uint32_t msn)
+void shm_qp_abandon(struct sv_qp *qp, uint32_t msn)
 {
 	struct shm_qp *s = shm_qp(qp);
 
@@ -333,7 +301,7 @@ static void abandon(struct sv_qp *qp, uint32_t msn)
 
 /* --- progress ------------------------------------------------------------------------------ */
 
-static bool arm(struct sv_qp *qp, bool assist)
+bool shm_qp_arm(struct sv_qp *qp, bool assist)
 {
 	struct shm_qp *s = shm_qp(qp);
 
@@ -349,13 +317,13 @@ static bool arm(struct sv_qp *qp, bool assist)
 	return true;
 }
 
-static void disarm(struct sv_qp *qp)
+void shm_qp_disarm(struct sv_qp *qp)
 {
 	shm_fifo_disarm(shm_qp(qp)->rx);
 }
 
 /* The peer, if it is a QP of this process and answers work we wait for. */
-static struct sv_qp *local_peer(struct sv_qp *qp)
+struct sv_qp *shm_qp_local_peer(struct sv_qp *qp)
 {
 	struct shm_qp *s = shm_qp(qp);
 	uint32_t qpn = 0;
@@ -369,42 +337,7 @@ static struct sv_qp *local_peer(struct sv_qp *qp)
 	return qpn ? shm_conn_pin_qp(qpn) : NULL;
 }
 
-static uint32_t bad_pkeys(struct sv_qp *qp)
+uint32_t shm_qp_bad_pkeys(struct sv_qp *qp)
 {
 	return atomic_load_explicit(&shm_qp(qp)->page->bad_pkey, memory_order_relaxed);
 }
-
-const struct sv_wire_ops sv_wire_shm = {
-	.name = "shm",
-	.caps = SV_WIRE_ACKED | SV_WIRE_RNR | SV_WIRE_ATOMICS | SV_WIRE_IMM | SV_WIRE_DIRECT |
-		SV_WIRE_ORDERED,
-	.qp_init = qp_init,
-	.qp_fini = qp_fini,
-	.publish = publish,
-	.connect = connect_qpn,
-	.attach = attach,
-	.release = release,
-	.disconnect = disconnect,
-	.discard = discard,
-	.reach = reach,
-	.dropped = dropped,
-	.seg_max = shm_seg_max,
-	.send = shm_send,
-	.direct = shm_direct,
-	.direct_abandon = shm_direct_abandon,
-	.batch_ready = shm_batch_ready,
-	.write_batch = shm_write_batch,
-	.abandon = abandon,
-	.poll = shm_rx_poll,
-	.arm = arm,
-	.disarm = disarm,
-	.assist = shm_rx_assist,
-	.local_peer = local_peer,
-	.needs_timer = needs_timer,
-	.timers = timers,
-	.bad_pkeys = bad_pkeys,
-	.mcast_attach = shm_mcast_attach,
-	.mcast_detach = shm_mcast_detach,
-	.mcast_count = shm_mcast_count,
-	.mcast_members = shm_mcast_members,
-};

@@ -94,11 +94,27 @@ void shm_conn_disconnect(struct shm_peer *peer);
 void shm_conn_wake(struct shm_peer *peer);
 struct sv_qp *shm_conn_pin_qp(uint32_t qpn);
 
-/* shm_qp.c: the peer connection ended (@fatal: without goodbye) */
+/* The peer connection ended (@fatal: without goodbye). */
 void shm_qp_peer_lost(struct sv_qp *qp, uint32_t peer_qpn, bool fatal);
 
-/* shm_qp.c */
-bool shm_pkeys_match(const struct sv_qp *qp, const struct shm_peer *peer);
+/* shm_qp.c: the QP's ops (sv_wire.h says what each promises) */
+int shm_qp_qp_init(struct sv_qp *qp, uint32_t *qpn);
+void shm_qp_qp_fini(struct sv_qp *qp);
+void shm_qp_publish(struct sv_qp *qp);
+int shm_qp_connect_qpn(struct sv_qp *qp, uint32_t qpn, void **conn);
+void *shm_qp_attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err);
+void shm_qp_release(struct sv_qp *qp, void *conn);
+void shm_qp_disconnect(struct sv_qp *qp);
+void shm_qp_discard(struct sv_qp *qp);
+enum sv_reach shm_qp_reach(struct sv_qp *qp, uint32_t dest_qpn);
+void shm_qp_dropped(struct sv_qp *qp, uint32_t dest_qpn);
+void shm_qp_abandon(struct sv_qp *qp, uint32_t msn);
+bool shm_qp_arm(struct sv_qp *qp, bool assist);
+void shm_qp_disarm(struct sv_qp *qp);
+struct sv_qp *shm_qp_local_peer(struct sv_qp *qp);
+bool shm_qp_needs_timer(struct sv_qp *qp);
+int shm_qp_timers(struct sv_qp *qp);
+uint32_t shm_qp_bad_pkeys(struct sv_qp *qp);
 
 /* shm_tx.c: the ops that transmit (sv_wire.h says what each promises) */
 uint64_t shm_seg_max(struct sv_qp *qp, const struct sv_hdr *h);
@@ -146,5 +162,16 @@ static inline struct shm_qp *shm_qp(const struct sv_qp *qp)
 {
 	return qp->wire_qp;
 }
+
+/* IBA 10.9.3: would @peer's QP accept our packets? It drops the others, silently. */
+static inline bool shm_pkeys_match(const struct sv_qp *qp, const struct shm_peer *peer)
+{
+	uint32_t a = atomic_load_explicit(&shm_qp(qp)->page->pkey, memory_order_relaxed);
+	uint32_t b = atomic_load_explicit(&peer->page->pkey, memory_order_relaxed);
+
+	/* Their low 15 bits equal (and not 0), at least one a full member (bit 15). */
+	return (a & 0x7fff) && (a & 0x7fff) == (b & 0x7fff) && ((a | b) & 0x8000);
+}
+
 
 #endif

@@ -2,8 +2,8 @@
  * Internal to the data path of the core (sv_qp.c, sv_req.c, sv_comp.c, sv_resp.c): what
  * the requester, the completer and the responder share.
  */
-#ifndef SV_QP_PRIV_H
-#define SV_QP_PRIV_H
+#ifndef SV_PATH_H
+#define SV_PATH_H
 
 #include <stdbool.h>
 #include <stdint.h>
