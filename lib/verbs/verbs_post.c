@@ -165,6 +165,7 @@ int sv_verbs_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_s
 		sv_qp_tx_locked(qp);
 	connect = sv_qp_tx_wants_connect(qp);
 	pthread_spin_unlock(&qp->sq.lock);
+	sv_qp_tx_done(qp);
 	if (connect)
 		sv_qp_tx_connect(qp); /* first contact with a destination: no lock held */
 	sv_qp_settle(qp);
@@ -323,6 +324,7 @@ static int wr_complete(struct ibv_qp_ex *qpx)
 		sv_qp_tx_locked(qp);
 	connect = sv_qp_tx_wants_connect(qp);
 	pthread_spin_unlock(&qp->sq.lock);
+	sv_qp_tx_done(qp);
 	if (connect)
 		sv_qp_tx_connect(qp);
 	sv_qp_settle(qp);

@@ -333,6 +333,7 @@ int sv_qp_progress(struct sv_qp *qp)
 			sv_qp_tx_locked(qp);
 		connect = sv_qp_tx_wants_connect(qp);
 		pthread_spin_unlock(&qp->sq.lock);
+		sv_qp_tx_done(qp);
 		if (connect)
 			sv_qp_tx_connect(qp);
 	}

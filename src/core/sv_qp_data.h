@@ -28,6 +28,14 @@ void sv_qp_tx_locked(struct sv_qp *qp);
 /* Does what a transmit waits for that must not hold a lock (attaching to a peer,
  * listing a multicast group's members), then transmits. Call with no lock held. */
 void sv_qp_tx_connect(struct sv_qp *qp);
+/* After transmitting under sq.lock, with no lock held: the system calls the wire put off
+ * until the lock was dropped (a wake-up of a sleeping peer). */
+static inline void sv_qp_tx_done(struct sv_qp *qp)
+{
+	if (qp->wire->flush)
+		qp->wire->flush(qp);
+}
+
 /* Under sq.lock: whether a transmit waits for sv_qp_tx_connect. */
 static inline bool sv_qp_tx_wants_connect(const struct sv_qp *qp)
 {

@@ -79,6 +79,7 @@ static void list_members(struct sv_qp *qp)
 		sv_qp_tx_locked(qp);
 	}
 	pthread_spin_unlock(&qp->sq.lock);
+	sv_qp_tx_done(qp);
 }
 
 void sv_qp_tx_connect(struct sv_qp *qp)
@@ -113,6 +114,7 @@ void sv_qp_tx_connect(struct sv_qp *qp)
 	}
 	pthread_spin_unlock(&qp->sq.lock);
 	sv_rx_unlock(qp);
+	sv_qp_tx_done(qp);
 	if (conn)
 		qp->wire->release(qp, conn); /* not kept, or not wanted any more */
 	/* An error found meanwhile is entered by the caller (sv_qp_settle). */
@@ -151,6 +153,7 @@ static uint32_t tx_claim(struct sv_qp *qp)
 
 	qp->tx_claimed = true;
 	pthread_spin_unlock(&qp->sq.lock);
+	sv_qp_tx_done(qp); /* what was sent before the copy goes before it */
 	return gen;
 }
 

@@ -190,6 +190,10 @@ struct sv_wire_ops {
 	/* Tells the responder that the requester gave up on @msn (RNR retries ran out). */
 	void (*abandon)(struct sv_qp *qp, uint32_t msn);
 
+	/* Optional, no lock held: after the core transmitted under sq.lock, the system
+	 * calls the wire put off until the lock was dropped (waking a sleeping peer). */
+	void (*flush)(struct sv_qp *qp);
+
 	/* Moves what arrived into the core (sv_resp_deliver, sv_comp_deliver), at most a
 	 * budget's worth; takes rx_busy itself (returns 0 if another thread holds it). */
 	int (*poll)(struct sv_qp *qp);

@@ -177,7 +177,7 @@ void *shm_qp_attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
 
 void shm_qp_release(struct sv_qp *qp, void *conn)
 {
-	(void)qp;
+	shm_forget_wake(shm_qp(qp), conn);
 	shm_conn_disconnect(conn);
 }
 
@@ -199,10 +199,13 @@ void shm_qp_disconnect(struct sv_qp *qp)
 	s->ud_dests = NULL;
 	pthread_spin_unlock(&qp->sq.lock);
 	rx_unlock(qp);
+	shm_forget_wake(s, peer);
 	shm_conn_disconnect(peer);
 	if (d) {
-		for (int i = 0; i < d->n; i++)
+		for (int i = 0; i < d->n; i++) {
+			shm_forget_wake(s, d->peer[i]);
 			shm_conn_disconnect(d->peer[i]);
+		}
 		free(d);
 	}
 }
@@ -248,6 +251,7 @@ int shm_qp_timers(struct sv_qp *qp)
 		pthread_spin_unlock(&qp->sq.lock);
 	}
 	rx_unlock(qp);
+	shm_forget_wake(s, gone);
 	shm_conn_disconnect(gone);
 	return gone != NULL;
 }

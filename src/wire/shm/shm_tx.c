@@ -8,6 +8,7 @@
 #include "wire/shm/shm_wire.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -73,9 +74,52 @@ enum ibv_wc_status shm_cma_copy(pid_t pid, const struct iovec *local, int n_loca
 	return IBV_WC_SUCCESS;
 }
 
-/* Writes a message into @peer's fifo: header, then @payload (or @iov). -EAGAIN if full. */
-int shm_put_msg(struct shm_peer *peer, struct shm_msg *m, const void *payload,
-		const struct iovec *iov, int n_iov, uint32_t len)
+/*
+ * The peer's consumer sleeps and must be woken (an eventfd write): now, or with @defer
+ * (a QP whose requester holds its send queue's lock) once the lock is dropped
+ * (shm_qp_flush). One wake-up waits at a time: a second peer's, rare (a multicast
+ * fan-out to sleeping members), is done at once.
+ */
+static void wake(struct shm_qp *defer, struct shm_peer *peer)
+{
+	struct shm_peer *none = NULL;
+
+	if (!defer || (!atomic_compare_exchange_strong(&defer->wake, &none, peer) && none != peer))
+		shm_conn_wake(peer);
+}
+
+void shm_qp_flush(struct sv_qp *qp)
+{
+	struct shm_qp *s = shm_qp(qp);
+	struct shm_peer *peer;
+
+	if (!atomic_load_explicit(&s->wake, memory_order_relaxed))
+		return;
+	/* Counted while it writes: a peer let go of meanwhile is not freed under us
+	 * (shm_forget_wake). */
+	atomic_fetch_add(&s->waking, 1);
+	peer = atomic_exchange(&s->wake, NULL);
+	if (peer)
+		shm_conn_wake(peer);
+	atomic_fetch_sub(&s->waking, 1);
+}
+
+void shm_forget_wake(struct shm_qp *s, struct shm_peer *peer)
+{
+	struct shm_peer *p = peer;
+
+	if (!peer)
+		return;
+	if (atomic_compare_exchange_strong(&s->wake, &p, NULL))
+		shm_conn_wake(peer);
+	while (atomic_load(&s->waking))
+		sched_yield();
+}
+
+/* Writes a message into @peer's fifo: header, then @payload (or @iov). -EAGAIN if full.
+ * The wake-up it may need: wake(). */
+int shm_put_msg(struct shm_qp *defer, struct shm_peer *peer, struct shm_msg *m,
+		const void *payload, const struct iovec *iov, int n_iov, uint32_t len)
 {
 	uint32_t n = shm_fifo_slots_for(len);
 	struct shm_slot *slot;
@@ -97,7 +141,7 @@ int shm_put_msg(struct shm_peer *peer, struct shm_msg *m, const void *payload,
 		}
 	}
 	if (shm_fifo_publish(peer->fifo, pos))
-		shm_conn_wake(peer);
+		wake(defer, peer);
 	return 0;
 }
 
@@ -176,8 +220,8 @@ static uint8_t msg_flags(const struct sv_hdr *h)
 
 /* A SEND segment: in the ring, or (whole and larger than the inline maximum) as the list
  * of our buffers the responder pulls. */
-static int send_send(struct sv_qp *qp, struct shm_peer *peer, struct shm_msg *m,
-		     const struct sv_hdr *h, const struct iovec *iov, int n_iov)
+static int send_send(struct sv_qp *qp, struct shm_qp *defer, struct shm_peer *peer,
+		     struct shm_msg *m, const struct sv_hdr *h, const struct iovec *iov, int n_iov)
 {
 	bool whole = (h->flags & SV_F_FIRST) && (h->flags & SV_F_LAST);
 	struct shm_rsge rs[SV_IOV_MAX];
@@ -197,7 +241,7 @@ static int send_send(struct sv_qp *qp, struct shm_peer *peer, struct shm_msg *m,
 			rs[i].len = iov[i].iov_len;
 		}
 		m->aux = (uint32_t)n_iov;
-		if (shm_put_msg(peer, m, rs, NULL, 0, (uint32_t)(n_iov * sizeof(rs[0]))))
+		if (shm_put_msg(defer, peer, m, rs, NULL, 0, (uint32_t)(n_iov * sizeof(rs[0]))))
 			return -EAGAIN;
 		count_path(qp, peer, NULL, 0); /* counted by the responder, which pulls it */
 		return 0;
@@ -206,7 +250,7 @@ static int send_send(struct sv_qp *qp, struct shm_peer *peer, struct shm_msg *m,
 		m->aux = (uint32_t)h->total;
 		m->u.rdma.addr = h->offset;
 	}
-	if (shm_put_msg(peer, m, NULL, iov, n_iov, h->len))
+	if (shm_put_msg(defer, peer, m, NULL, iov, n_iov, h->len))
 		return -EAGAIN;
 	count_path(qp, peer, &qp->cnt.tx_fifo_bytes, data);
 	return 0;
@@ -217,24 +261,26 @@ int shm_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, 
 	struct shm_peer *peer = peer_of(qp, h);
 	struct shm_msg m = { .flags = msg_flags(h), .len = h->len, .msn = h->msn, .imm = h->imm,
 			     .src_qpn = h->src_qpn, .xrc_srqn = h->xrc_srqn };
+	/* Requests are sent under the send queue's lock: their wake-up waits for it to go. */
+	struct shm_qp *defer = h->op < SV_OP_REQ_MAX ? shm_qp(qp) : NULL;
 
 	if (!peer)
 		return 0; /* nobody to send to: lost, as on a wire with no one at the end */
 	switch (h->op) {
 	case SV_OP_SEND:
-		return send_send(qp, peer, &m, h, iov, n_iov);
+		return send_send(qp, defer, peer, &m, h, iov, n_iov);
 	case SV_OP_WRITE:
 		if (h->flags & SV_F_PLACED) {
 			/* The data was placed: consume a receive for the immediate. */
 			m.op = SHM_OP_WRITE_IMM;
 			m.len = (uint32_t)h->total;
-			return shm_put_msg(peer, &m, NULL, NULL, 0, 0);
+			return shm_put_msg(defer, peer, &m, NULL, NULL, 0, 0);
 		}
 		m.op = SHM_OP_WRITE;
 		m.aux = (uint32_t)h->total;
 		m.u.rdma.addr = h->raddr + h->offset;
 		m.u.rdma.rkey = h->rkey;
-		if (shm_put_msg(peer, &m, NULL, iov, n_iov, h->len))
+		if (shm_put_msg(defer, peer, &m, NULL, iov, n_iov, h->len))
 			return -EAGAIN;
 		count_path(qp, peer, &qp->cnt.tx_fifo_bytes, h->len);
 		return 0;
@@ -244,7 +290,7 @@ int shm_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, 
 		m.len = (uint32_t)h->total;
 		m.u.rdma.addr = h->raddr;
 		m.u.rdma.rkey = h->rkey;
-		if (shm_put_msg(peer, &m, NULL, NULL, 0, 0))
+		if (shm_put_msg(defer, peer, &m, NULL, NULL, 0, 0))
 			return -EAGAIN;
 		/* the answer comes through our fifo */
 		count_path(qp, peer, &qp->cnt.tx_fifo_bytes, h->total);
@@ -257,34 +303,34 @@ int shm_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, 
 		m.u.atomic.rkey = h->rkey;
 		m.u.atomic.compare_add = h->compare_add;
 		m.u.atomic.swap = h->swap;
-		if (shm_put_msg(peer, &m, NULL, NULL, 0, 0))
+		if (shm_put_msg(defer, peer, &m, NULL, NULL, 0, 0))
 			return -EAGAIN;
 		count_path(qp, peer, &qp->cnt.tx_fifo_bytes, 8);
 		return 0;
 	case SV_OP_TERMINATE:
 		m.op = SHM_OP_ACCESS_ERR;
 		m.aux = h->status;
-		return shm_put_msg(peer, &m, NULL, NULL, 0, 0);
+		return shm_put_msg(defer, peer, &m, NULL, NULL, 0, 0);
 	case SV_OP_ACK:
 		m.op = SHM_OP_ACK;
-		return shm_put_msg(peer, &m, NULL, NULL, 0, 0);
+		return shm_put_msg(defer, peer, &m, NULL, NULL, 0, 0);
 	case SV_OP_NAK:
 	case SV_OP_RNR:
 		m.op = h->op == SV_OP_NAK ? SHM_OP_NAK : SHM_OP_RNR;
 		m.aux = h->status;
-		return shm_put_msg(peer, &m, NULL, NULL, 0, 0);
+		return shm_put_msg(defer, peer, &m, NULL, NULL, 0, 0);
 	case SV_OP_READ_RESP:
 		m.op = SHM_OP_READ_RESP;
 		m.flags = h->flags & SV_F_LAST ? SHM_F_LAST : 0;
 		m.u.rdma.addr = h->offset;
-		if (shm_put_msg(peer, &m, NULL, iov, n_iov, h->len))
+		if (shm_put_msg(defer, peer, &m, NULL, iov, n_iov, h->len))
 			return -EAGAIN;
 		sv_count(&qp->cnt.rx_fifo_bytes, h->len);
 		return 0;
 	case SV_OP_ATOMIC_RESP:
 		m.op = SHM_OP_ATOMIC_RESP;
 		m.u.atomic_value = h->value;
-		if (shm_put_msg(peer, &m, NULL, NULL, 0, 0))
+		if (shm_put_msg(defer, peer, &m, NULL, NULL, 0, 0))
 			return -EAGAIN;
 		sv_count(&qp->cnt.rx_fifo_bytes, 8);
 		return 0;
@@ -551,7 +597,7 @@ static uint32_t tiny_writes(struct sv_qp *qp, struct shm_peer *peer, struct sv_b
 		m.aux = n;
 		m.len = n * (uint32_t)sizeof(rec[0]);
 		m.msn = first_msn + n - 1;
-		if (!shm_put_msg(peer, &m, rec, NULL, 0, m.len))
+		if (!shm_put_msg(NULL, peer, &m, rec, NULL, 0, m.len))
 			break;
 	}
 	for (uint32_t i = 0; i < n; i++)

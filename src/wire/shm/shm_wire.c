@@ -23,6 +23,7 @@ const struct sv_wire_ops sv_wire_shm = {
 	.batch_ready = shm_batch_ready,
 	.write_batch = shm_write_batch,
 	.abandon = shm_qp_abandon,
+	.flush = shm_qp_flush,
 	.poll = shm_rx_poll,
 	.arm = shm_qp_arm,
 	.disarm = shm_qp_disarm,

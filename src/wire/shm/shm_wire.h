@@ -82,6 +82,9 @@ struct shm_qp {
 	/* responder, under rx_busy */
 	atomic_bool rx_poisoned;  /* the peer broke the fifo's format: read no more (to RESET) */
 	uint32_t burst_next;      /* the record of a WRITES burst to deliver next */
+	/* a wake-up owed to a peer whose fifo we wrote under sq.lock (shm_qp_flush) */
+	struct shm_peer *_Atomic wake;
+	atomic_int waking;        /* flushes writing it now */
 };
 
 static inline struct shm_qp *shm_qp(const struct sv_qp *qp);
@@ -125,8 +128,13 @@ void shm_direct_abandon(struct sv_qp *qp);
 bool shm_batch_ready(struct sv_qp *qp, uint64_t first_len);
 uint32_t shm_write_batch(struct sv_qp *qp, struct sv_batch_item *items, uint32_t n,
 			 uint32_t first_msn, bool may_place, bool *acked);
-int shm_put_msg(struct shm_peer *peer, struct shm_msg *m, const void *payload,
-		const struct iovec *iov, int n_iov, uint32_t len);
+int shm_put_msg(struct shm_qp *defer, struct shm_peer *peer, struct shm_msg *m,
+		const void *payload, const struct iovec *iov, int n_iov, uint32_t len);
+/* The wake-up a send under sq.lock left for later: done (no lock held). */
+void shm_qp_flush(struct sv_qp *qp);
+/* Before @peer is let go of: its wake-up, if one waits, is done now, and no flush is
+ * still writing to it. */
+void shm_forget_wake(struct shm_qp *s, struct shm_peer *peer);
 enum ibv_wc_status shm_cma_copy(pid_t pid, const struct iovec *local, int n_local,
 				uint64_t remote, uint64_t len, bool write);
 bool shm_assist_on(void);
