@@ -373,16 +373,15 @@ static enum tx_result tx_rdma(struct sv_qp *qp, struct sv_send_wqe *w)
 	 * and posted again meanwhile). WRITEs sent as messages land first: a direct copy now
 	 * could overtake them (may_place). */
 	{
-		struct {
-			struct sv_send_wqe w;
-			struct ibv_sge sge[SV_MAX_SGE];
-		} c;
+		_Alignas(struct sv_send_wqe) unsigned char
+			buf[sizeof(struct sv_send_wqe) + SV_MAX_SGE * sizeof(struct ibv_sge)];
+		struct sv_send_wqe *c = (struct sv_send_wqe *)buf;
 		bool may_place = !qp->msg_writes_out;
 		uint32_t gen;
 
-		memcpy(&c.w, w, sizeof(*w) + w->num_sge * sizeof(w->sge[0]));
+		memcpy(c, w, sizeof(*w) + w->num_sge * sizeof(w->sge[0]));
 		gen = tx_claim(qp);
-		d = qp->wire->direct(qp, &c.w, iov, n_iov, total, may_place, &st);
+		d = qp->wire->direct(qp, c, iov, n_iov, total, may_place, &st);
 		if (!tx_unclaim(qp, gen))
 			return TX_GONE;
 	}
