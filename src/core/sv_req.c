@@ -110,10 +110,14 @@ void sv_qp_tx_connect(struct sv_qp *qp)
 		conn = qp->wire->attach(qp, qpn, conn, err);
 		if (qp->ibv.qp_base.qp_type != IBV_QPT_UD)
 			sv_set_hint(qp->connect_pending, false);
+		/* The responder's role is not held while transmitting (a claimed copy may take
+		 * long): only the peer's change needed it. */
+		sv_rx_unlock(qp);
 		sv_qp_tx_locked(qp);
+	} else {
+		sv_rx_unlock(qp);
 	}
 	pthread_spin_unlock(&qp->sq.lock);
-	sv_rx_unlock(qp);
 	sv_qp_tx_done(qp);
 	if (conn)
 		qp->wire->release(qp, conn); /* not kept, or not wanted any more */

@@ -200,8 +200,8 @@ static enum sv_rx refuse(struct sv_qp *qp, const struct sv_hdr *h, enum ibv_wc_s
 }
 
 /* The key checks of an RDMA access to our memory (IBA 9.7.5.1.3 / C9-*). */
-static bool rdma_key_ok(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len,
-			uint32_t need, uint64_t *va)
+static inline bool rdma_key_ok(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len,
+			       uint32_t need, uint64_t *va)
 {
 	if (!(atomic_load_explicit(&qp->pub.access, memory_order_relaxed) & need))
 		return false;
@@ -211,7 +211,11 @@ static bool rdma_key_ok(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t
 
 static uint64_t page_size(void)
 {
-	return (uint64_t)sysconf(_SC_PAGESIZE); /* glibc keeps it: no system call */
+	static uint64_t size;
+
+	if (!size)
+		size = (uint64_t)sysconf(_SC_PAGESIZE); /* (races write the same value) */
+	return size;
 }
 
 /*
@@ -225,8 +229,8 @@ static uint64_t page_size(void)
 bool sv_resp_access(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len, uint32_t need,
 		    bool pages, uint64_t *va)
 {
-	uint64_t page = page_size();
 	bool write = need != IBV_ACCESS_REMOTE_READ, ok;
+	uint64_t page;
 
 	if (!rdma_key_ok(qp, rkey, addr, len, need, va))
 		return false;
@@ -234,6 +238,7 @@ bool sv_resp_access(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len
 		return true;
 	if (*va >= qp->acc_lo && *va + len <= qp->acc_hi && (!write || qp->acc_write))
 		return true;
+	page = page_size();
 	ok = sv_mem_accessible(*va, len, write);
 	if (ok) {
 		qp->acc_lo = *va & ~(page - 1);
@@ -375,9 +380,10 @@ static enum sv_rx rx_atomic(struct sv_qp *qp, const struct sv_hdr *h)
  * moving this QP even while the application polls (see polled_since, sv_engine.c). */
 static void note_placed(struct sv_qp *qp)
 {
-	atomic_store_explicit(&qp->placed_look,
-			      atomic_load_explicit(&sv_engine_look, memory_order_relaxed),
-			      memory_order_relaxed);
+	uint32_t look = atomic_load_explicit(&sv_engine_look, memory_order_relaxed);
+
+	if (atomic_load_explicit(&qp->placed_look, memory_order_relaxed) != look)
+		atomic_store_explicit(&qp->placed_look, look, memory_order_relaxed);
 }
 
 static enum sv_rx rx_request(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p)

@@ -204,20 +204,18 @@ static enum sv_rx rx_writes(struct sv_qp *qp, const struct shm_msg *m, const str
 	uint32_t n = m->aux, first = m->msn - (n - 1);
 	struct shm_payload p = { .p.copy = copy_record, .qp = qp,
 				 .count = &qp->cnt.rx_fifo_bytes };
+	struct sv_hdr h = *h0;
 
 	if (!n || (uint64_t)n * sizeof(struct shm_write_rec) > m->len) {
-		struct sv_hdr bad = *h0;
-
-		bad.op = SV_OP_BAD; /* malformed */
-		return sv_resp_deliver(qp, &bad, &p.p);
+		h.op = SV_OP_BAD; /* malformed */
+		return sv_resp_deliver(qp, &h, &p.p);
 	}
+	h.op = SV_OP_WRITE;
+	h.flags |= SV_F_FIRST | SV_F_LAST;
 	for (; s->burst_next < n; s->burst_next++) {
 		struct shm_write_rec r;
-		struct sv_hdr h = *h0;
 
 		shm_fifo_get(s->rx, pos, s->burst_next * (uint32_t)sizeof(r), &r, sizeof(r));
-		h.op = SV_OP_WRITE;
-		h.flags |= SV_F_FIRST | SV_F_LAST;
 		h.msn = first + s->burst_next;
 		h.len = r.len > SHM_TINY ? SHM_TINY : r.len;
 		h.total = h.len;

@@ -125,7 +125,10 @@ int shm_put_msg(struct shm_qp *defer, struct shm_peer *peer, struct shm_msg *m,
 	struct shm_slot *slot;
 	uint64_t pos;
 
-	if (shm_fifo_reserve(peer->fifo, n, &peer->cached_head, &pos))
+	/* @defer names the requester's sends (under sq.lock, or claimed); the rest are the
+	 * responder's answers (under rx_busy): each keeps its own copy of the head. */
+	if (shm_fifo_reserve(peer->fifo, n, defer ? &peer->cached_head : &peer->cached_head_ans,
+			     &pos))
 		return -EAGAIN;
 	m->nslots = (uint16_t)n;
 	slot = shm_fifo_slot(peer->fifo, pos);
@@ -597,7 +600,7 @@ static uint32_t tiny_writes(struct sv_qp *qp, struct shm_peer *peer, struct sv_b
 		m.aux = n;
 		m.len = n * (uint32_t)sizeof(rec[0]);
 		m.msn = first_msn + n - 1;
-		if (!shm_put_msg(NULL, peer, &m, rec, NULL, 0, m.len))
+		if (!shm_put_msg(shm_qp(qp), peer, &m, rec, NULL, 0, m.len))
 			break;
 	}
 	for (uint32_t i = 0; i < n; i++)

@@ -46,7 +46,8 @@ struct shm_peer {
 	struct shm_fifo *fifo;
 	const struct sv_mr_entry *mrs; /* the peer context's key table, read-only */
 	int wake_fd;          /* the peer engine's eventfd */
-	uint64_t cached_head; /* producer's copy of the peer fifo's head */
+	uint64_t cached_head; /* our requester's copy of the peer fifo's head (sq.lock) */
+	uint64_t cached_head_ans; /* our responder's (rx_busy): they produce apart */
 	uint64_t watch_id;    /* our engine's watch of sock (0: none) */
 	uint32_t our_qpn;     /* the QP that attached */
 	bool cma;             /* process_vm_readv/writev reach the peer (else: bounce) */
