@@ -8,7 +8,8 @@
  * post and poll would cost time and buy nothing. Only lib/ turns results into the API's
  * conventions (errno, NULL returns, *bad_wr).
  *
- * Lock order: qp->lock, then wq->lock, then cq->lock, then chan->lock, then ctx->lock.
+ * Which lock is taken under which: docs/architecture.md, "Lock order" (one order for the
+ * whole library).
  */
 #ifndef SV_OBJ_H
 #define SV_OBJ_H

@@ -1,8 +1,7 @@
 /*
  * A QP's data path, as the verbs layer and the progress engine see it: set-up with a
  * wire, state changes and their side effects, transmit, progress, errors.
- * Lock order (the whole of it: docs/architecture.md): qp->lock (state) → rx_busy →
- * sq.lock → rq.lock / an SRQ's lock → CQ locks → channel → context → engine.
+ * The locks and their order: docs/architecture.md, "Lock order".
  */
 #ifndef SV_QP_DATA_H
 #define SV_QP_DATA_H

@@ -141,7 +141,8 @@ struct sv_wire_ops {
 	 * timer): qp->pub holds them. */
 	void (*publish)(struct sv_qp *qp);
 
-	/* Attaches to QP @qpn (blocks: called with no lock held); *conn for attach. */
+	/* Attaches to QP @qpn (blocks): with no data-path lock held (at RTR, ibv_modify_qp
+	 * holds qp->lock); *conn for attach. */
 	int (*connect)(struct sv_qp *qp, uint32_t qpn, void **conn);
 	/* Under rx_busy and sq.lock: makes @conn (of connect, or NULL after error @err) the
 	 * QP's peer (RC, UC, XRC) or one of its destinations (UD). Returns a conn to let go
@@ -155,7 +156,8 @@ struct sv_wire_ops {
 	/* RESET: forgets what arrived and was not delivered. Under rx_busy. */
 	void (*discard)(struct sv_qp *qp);
 
-	/* sq.lock (or rx_busy): whether the peer (UD: @dest_qpn) can take a message. */
+	/* sq.lock (or rx_busy; or qp->lock at RTR, before any transmit): whether the peer
+	 * (UD: @dest_qpn) can take a message. */
 	enum sv_reach (*reach)(struct sv_qp *qp, uint32_t dest_qpn);
 	/* sq.lock: the core dropped a message because reach said PARTITION (the peer's
 	 * port counts it, bad_pkey_cntr). */

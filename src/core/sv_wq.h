@@ -3,8 +3,8 @@
  *
  * A ring of fixed-size slots. post_* writes a slot at head and publishes it; the
  * requester/responder consumes from tail; entries between tail and head are the
- * outstanding WRs, which a move to ERROR flushes. Lock order: wq->lock is taken after
- * qp->lock and never held while calling into a CQ.
+ * outstanding WRs, which a move to ERROR flushes. wq->lock's place among the locks: the
+ * one lock order, docs/architecture.md "Lock order".
  */
 #ifndef SV_WQ_H
 #define SV_WQ_H
@@ -40,7 +40,7 @@ struct sv_send_wqe {
 	uint32_t inline_len; /* bytes of inline data after the SGE array, if IBV_SEND_INLINE */
 	struct sv_ud_dest ud;
 	uint32_t xrc_srqn;   /* XRC initiator: the remote SRQ (wr.qp_type.xrc.remote_srqn) */
-	/* requester state (src/core/sv_qp_data.c) */
+	/* requester state (src/core/sv_req.c, sv_comp.c) */
 	uint32_t msn;        /* the message that carries it, when it waits for the responder */
 	uint32_t byte_len;   /* for the completion: READ and atomics */
 	uint8_t state;       /* enum sv_wqe_state */

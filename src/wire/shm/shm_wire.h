@@ -66,7 +66,7 @@ struct shm_qp {
 	size_t seg_len;
 	struct shm_qp_page *page;
 	struct shm_fifo *rx;
-	/* under rx_busy and sq.lock (either is enough to read) */
+	/* changed under rx_busy and sq.lock (and no claim out): either is enough to read */
 	struct shm_peer *peer;    /* RC/UC: the connected QP */
 	atomic_bool peer_local;   /* ... and it is a QP of this process (a hint) */
 	atomic_bool peer_left;    /* the peer said goodbye: let go of it when drained */
