@@ -509,53 +509,40 @@ static uint32_t bad_pkeys(struct sv_qp *qp)
 	return 0;
 }
 
+/* The ops of both tables (the wire is the same; only the caps differ). */
+#define TW_WIRE_OPS \
+	.qp_init = qp_init, \
+	.qp_fini = qp_fini, \
+	.publish = publish, \
+	.connect = connect_qpn, \
+	.attach = attach, \
+	.release = release, \
+	.disconnect = disconnect, \
+	.discard = discard, \
+	.reach = reach, \
+	.seg_max = seg_max, \
+	.send = tw_send, \
+	.abandon = abandon, \
+	.poll = poll_qp, \
+	.arm = arm, \
+	.disarm = disarm, \
+	.local_peer = local_peer, \
+	.needs_timer = needs_timer, \
+	.timers = timers, \
+	.bad_pkeys = bad_pkeys, \
+	/* end */
+
 const struct sv_wire_ops tw_wire = {
 	.name = "test",
 	.caps = SV_WIRE_ACKED | SV_WIRE_RNR | SV_WIRE_ATOMICS | SV_WIRE_IMM | SV_WIRE_ORDERED,
-	.qp_init = qp_init,
-	.qp_fini = qp_fini,
-	.publish = publish,
-	.connect = connect_qpn,
-	.attach = attach,
-	.release = release,
-	.disconnect = disconnect,
-	.discard = discard,
-	.reach = reach,
-	.seg_max = seg_max,
-	.send = tw_send,
-	.abandon = abandon,
-	.poll = poll_qp,
-	.arm = arm,
-	.disarm = disarm,
-	.local_peer = local_peer,
-	.needs_timer = needs_timer,
-	.timers = timers,
-	.bad_pkeys = bad_pkeys,
+	TW_WIRE_OPS
 };
 
 /* The same wire, its caps saying it may reorder, drop and duplicate (the knobs). */
 const struct sv_wire_ops tw_wire_unordered = {
 	.name = "test-unordered",
 	.caps = SV_WIRE_ACKED | SV_WIRE_RNR | SV_WIRE_ATOMICS | SV_WIRE_IMM,
-	.qp_init = qp_init,
-	.qp_fini = qp_fini,
-	.publish = publish,
-	.connect = connect_qpn,
-	.attach = attach,
-	.release = release,
-	.disconnect = disconnect,
-	.discard = discard,
-	.reach = reach,
-	.seg_max = seg_max,
-	.send = tw_send,
-	.abandon = abandon,
-	.poll = poll_qp,
-	.arm = arm,
-	.disarm = disarm,
-	.local_peer = local_peer,
-	.needs_timer = needs_timer,
-	.timers = timers,
-	.bad_pkeys = bad_pkeys,
+	TW_WIRE_OPS
 };
 
 /* Which wire a new QP gets: this one. Defined here, the link never pulls sv_wires.o (and
