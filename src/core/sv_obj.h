@@ -272,6 +272,8 @@ struct sv_qp {
 	uint32_t rx_msn;              /* the last request msn taken (the next must be + 1) */
 	uint32_t ack_due, ack_sent;   /* the last msn handled / acknowledged */
 	bool resp_pending;            /* resp: an answer that found the wire full, owed */
+	atomic_bool resp_owed;        /* after a poll: an answer or acknowledgement is owed
+				       * (a hint for the wire's poll: sv_resp_owes) */
 	bool resp_valid;              /* resp: the last atomic's answer (for a duplicate) */
 	struct sv_hdr resp;
 	atomic_bool rnr_held;         /* the message at the head waits for a receive */
@@ -306,6 +308,13 @@ static inline struct sv_ah *to_svah(struct ibv_ah *ah) { return (struct sv_ah *)
 static inline struct sv_comp_channel *to_svchan(struct ibv_comp_channel *ch)
 {
 	return (struct sv_comp_channel *)ch;
+}
+
+/* No lock: whether the responder still owes an answer it could not send (a wire's poll
+ * then runs sv_resp_flush even when nothing arrived). A hint, exact after a poll. */
+static inline bool sv_resp_owes(const struct sv_qp *qp)
+{
+	return atomic_load_explicit(&qp->resp_owed, memory_order_relaxed);
 }
 
 /* Queue an async event on the context; the async fd turns readable. */

@@ -513,13 +513,16 @@ void sv_resp_flush(struct sv_qp *qp)
 {
 	qp->acc_hi = 0;
 	if (qp->resp_pending) {
-		if (qp->wire->send(qp, &qp->resp, NULL, 0))
+		if (qp->wire->send(qp, &qp->resp, NULL, 0)) {
+			sv_set_hint(qp->resp_owed, true);
 			return; /* the acknowledgements wait behind it */
+		}
 		qp->resp_pending = false;
 	}
 	/* An acknowledgement that found the wire full goes now (cumulative). */
 	if (qp->ack_due != qp->ack_sent && !answer(qp, SV_OP_ACK, qp->ack_due, 0))
 		qp->ack_sent = qp->ack_due;
+	sv_set_hint(qp->resp_owed, qp->resp_pending || qp->ack_due != qp->ack_sent);
 }
 
 void sv_resp_reset(struct sv_qp *qp)
@@ -530,6 +533,7 @@ void sv_resp_reset(struct sv_qp *qp)
 	qp->rx_active = false;
 	qp->resp_off = 0;
 	qp->resp_pending = false;
+	sv_set_hint(qp->resp_owed, false);
 	qp->resp_valid = false;
 	qp->rx_msn = 0;
 	qp->acc_hi = 0;

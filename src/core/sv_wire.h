@@ -240,6 +240,9 @@ bool sv_resp_access(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len
 		    bool pages, uint64_t *va);
 /* Under rx_busy, at the end of a poll: acknowledgements and answers still owed go out. */
 void sv_resp_flush(struct sv_qp *qp);
+/* (sv_resp_owes(), in sv_obj.h: whether the responder still owes an answer, for a poll
+ * that found nothing to skip sv_resp_flush.) */
+
 /* Under rx_busy: an answer for the completer. HOLD while a claimed copy has the send
  * queue (what it answers may not be marked sent yet): deliver it again later. */
 enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p);

@@ -281,7 +281,9 @@ int shm_rx_poll(struct sv_qp *qp)
 	bool placing = false;
 	int n = 0;
 
+	/* Nothing arrived and nothing is owed: no read-modify-write on the poll path. */
 	if (atomic_load_explicit(&s->rx_poisoned, memory_order_relaxed) ||
+	    (!shm_fifo_peek(s->rx, &pos) && !sv_resp_owes(qp)) ||
 	    atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
 		return 0;
 	while (n < SHM_RX_BUDGET && (slot = shm_fifo_peek(s->rx, &pos))) {
