@@ -196,12 +196,18 @@ static enum tx_result tx_message(struct sv_qp *qp, struct sv_send_wqe *w, struct
 	uint64_t seg;
 
 	proto->total = total;
-	seg = qp->wire->seg_max(qp, proto);
+	seg = total <= qp->wire->seg_min ? total : qp->wire->seg_max(qp, proto);
 	do {
 		uint64_t n = total - qp->tx_off < seg ? total - qp->tx_off : seg;
 		struct iovec piece[SV_IOV_MAX];
 		struct sv_hdr h = *proto;
-		int k = sv_iov_slice(iov, n_iov, qp->tx_off, n, piece);
+		const struct iovec *part = iov;
+		int k = n_iov;
+
+		if (n != total) { /* a segment: its part of the data */
+			k = sv_iov_slice(iov, n_iov, qp->tx_off, n, piece);
+			part = piece;
+		}
 
 		h.len = (uint32_t)n;
 		h.offset = qp->tx_off;
@@ -211,7 +217,7 @@ static enum tx_result tx_message(struct sv_qp *qp, struct sv_send_wqe *w, struct
 		if (qp->tx_off + n == total)
 			h.flags |= SV_F_LAST | last_flags;
 		h.msn = acked ? qp->next_msn + 1 : 0;
-		if (qp->wire->send(qp, &h, piece, k))
+		if (qp->wire->send(qp, &h, part, k))
 			return TX_BLOCKED;
 		if (acked)
 			qp->next_msn++;

@@ -131,7 +131,9 @@ enum { SV_BATCH_MAX = 64 };
 
 struct sv_wire_ops {
 	const char *name;
-	uint32_t caps; /* enum sv_wire_caps */
+	uint32_t caps;    /* enum sv_wire_caps */
+	uint32_t seg_min; /* a message of at most this many bytes is always one segment
+			   * (seg_max is not asked) */
 
 	/* The QP's wire state, and its number: a QPN unique where the wire's peers look
 	 * for it. qp_fini undoes it (peers learn that the QP left). */
