@@ -2,8 +2,8 @@
  * The responder: executes the requests a wire delivers (sv_resp_deliver) on this
  * process's memory and answers them through the wire. It is the one authority for every
  * access to the process's registered memory by a peer: key, PD, access flags, bounds,
- * the QP's state and P_Key partition (the wire drops foreign partitions), and that the
- * pages are there (sv_resp_access).
+ * the QP's state, and that the pages are there (sv_resp_access). The P_Key is still the
+ * sending wire's check (reach: PARTITION), not this file's.
  */
 #include <endian.h>
 #include <string.h>

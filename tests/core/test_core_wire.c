@@ -650,8 +650,8 @@ static void test_unordered_dropped_request(void **state)
 	post_a(f, 2, IBV_WR_SEND, 0, 100, 0, 0);
 	if (!HAPPENS_WITHIN(f, f->ca.n == 1, 2000))
 		known_gap("no transport timer: a lost request is never retransmitted nor failed "
-			  "(timeout and retry_cnt are kept by modify_qp, never used: sv_comp.c "
-			  "runs only the RNR timer); the WR never completes");
+			  "(timeout and retry_cnt serve only a peer not yet in RTR, tx_wait_peer; "
+			  "sv_comp.c runs only the RNR timer); the WR never completes");
 	assert_int_equal(f->ca.n, 1);
 }
 

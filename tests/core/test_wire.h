@@ -8,8 +8,8 @@
  * WRITE and READ responses into many segments), the capacity of a queue (send says
  * -EAGAIN beyond it: the core must resume), and a delay (a message is delivered only
  * after that many polls of its receiver). The wire is ORDERED (each message exactly once,
- * in order): the core needs that today (sv_resp.c has no sequence window, sv_comp.c no
- * transport timer). Its reorder, drop and duplicate knobs are for tw_wire_unordered,
+ * in order): the core needs that today (sv_resp.c takes a gap for a sequence error,
+ * sv_comp.c has no transport timer to retransmit). Its reorder, drop and duplicate knobs are for tw_wire_unordered,
  * whose caps say so, and the tests that use it show what fails.
  *
  * A phantom is a QPN no QP owns: a QP connected to it sends into its queue, and the test
