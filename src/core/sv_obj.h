@@ -240,6 +240,8 @@ struct sv_qp {
 	/* requester, under sq.lock (the atomic flags are written under the lock and read
 	 * without it as hints, relaxed) */
 	atomic_bool connect_pending;  /* in RTR or later, but the peer was not found yet */
+	atomic_bool rtr_connecting;   /* ibv_modify_qp to RTR is attaching to the peer: the
+				       * responder holds requests until it is done */
 	bool want_connect;            /* transmit waits for an attach to want_qpn */
 	bool connecting;              /* a thread is attaching (sv_qp_tx_connect) */
 	uint32_t want_qpn;

@@ -137,6 +137,11 @@ void sv_qp_flush_rq_locked(struct sv_qp *qp)
 
 void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state)
 {
+	/* RTR is published before the attach to the peer (sv_qp_data_state): requests wait
+	 * for it. */
+	if (state == IBV_QPS_RTR && qp->attr.qp_state != IBV_QPS_RTR &&
+	    qp->ibv.qp_base.qp_type != IBV_QPT_UD)
+		sv_set_hint(qp->rtr_connecting, true);
 	sv_spin_lock(&qp->sq.lock);
 	sv_spin_lock(&qp->rq.lock);
 	qp->attr.qp_state = state;
@@ -196,6 +201,7 @@ static void qp_connect(struct sv_qp *qp)
 	conn = qp->wire->attach(qp, qpn, conn, err);
 	/* Not there (yet): sends will find out (RETRY_EXC_ERR). */
 	sv_set_hint(qp->connect_pending, err != 0);
+	sv_set_hint(qp->rtr_connecting, false);
 	pthread_spin_unlock(&qp->sq.lock);
 	sv_rx_unlock(qp);
 	if (conn)
@@ -222,6 +228,7 @@ void sv_qp_data_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state
 		if (type != IBV_QPT_UD && qp->wire->reach(qp, qp->attr.dest_qp_num) ==
 						  SV_REACH_NO_PEER)
 			qp_connect(qp);
+		sv_set_hint(qp->rtr_connecting, false);
 		break;
 	case IBV_QPS_ERR:
 		sv_spin_lock(&qp->sq.lock);

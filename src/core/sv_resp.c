@@ -484,6 +484,12 @@ enum sv_rx sv_resp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 		return SV_RX_CONSUMED;
 	if (qp->ibv.qp_base.qp_type != IBV_QPT_UD && h->src_qpn != qp->attr.dest_qp_num)
 		return SV_RX_CONSUMED; /* not from the QP we are connected to */
+	/* In RTR before the attach to the peer is done (ibv_modify_qp publishes the state,
+	 * then connects): a request now could be answered to nobody — a NAK lost, the
+	 * requester's WR flushed instead of failing with the responder's status. It waits
+	 * for the peer. */
+	if (sv_hint(qp->rtr_connecting))
+		return SV_RX_HOLD;
 	if (h->flags & SV_F_ABANDONED) {
 		/* The requester gave up on this one after RNR retries: never accepted. */
 		sv_set_hint(qp->rnr_held, false);
