@@ -80,8 +80,9 @@ static void acked_upto(struct sv_qp *qp, uint32_t msn)
 		sv_set_hint(qp->rnr_deadline, 0);
 }
 
-/* The WQE waiting for the answer to @msn, if it is of the kind that answer is for
- * (@reads: a READ or an atomic; else anything). */
+/* The WQE waiting for the answer to @msn, if it is of the kind the answer is for: @op
+ * IBV_WR_RDMA_READ (a READ_RESP), IBV_WR_ATOMIC_CMP_AND_SWP (an ATOMIC_RESP: either
+ * atomic), or 0 (any). */
 static struct sv_send_wqe *waiting_wqe(struct sv_qp *qp, uint32_t msn, uint32_t op)
 {
 	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {

@@ -122,21 +122,21 @@ static _Atomic int n_fork_hooks;
 
 void sv_engine_fork_hooks(const struct sv_fork_hooks *h)
 {
-	static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
+	static pthread_mutex_t hooks_lock = PTHREAD_MUTEX_INITIALIZER;
 	int n;
 
-	pthread_mutex_lock(&once);
+	pthread_mutex_lock(&hooks_lock);
 	n = atomic_load(&n_fork_hooks);
 	for (int i = 0; i < n; i++)
 		if (fork_hooks[i].prepare == h->prepare) {
-			pthread_mutex_unlock(&once);
+			pthread_mutex_unlock(&hooks_lock);
 			return; /* registered already */
 		}
 	if (n < MAX_FORK_HOOKS) {
 		fork_hooks[n] = *h;
 		atomic_store(&n_fork_hooks, n + 1);
 	}
-	pthread_mutex_unlock(&once);
+	pthread_mutex_unlock(&hooks_lock);
 }
 
 static void atfork_prepare(void)

@@ -211,11 +211,14 @@ static inline bool rdma_key_ok(struct sv_qp *qp, uint32_t rkey, uint64_t addr, u
 
 static uint64_t page_size(void)
 {
-	static uint64_t size;
+	static _Atomic uint64_t size;
+	uint64_t v = atomic_load_explicit(&size, memory_order_relaxed);
 
-	if (!size)
-		size = (uint64_t)sysconf(_SC_PAGESIZE); /* (races write the same value) */
-	return size;
+	if (!v) {
+		v = (uint64_t)sysconf(_SC_PAGESIZE);
+		atomic_store_explicit(&size, v, memory_order_relaxed);
+	}
+	return v;
 }
 
 /*
