@@ -1,4 +1,4 @@
-/* Host-unique QP numbers (src/wire/shm/shm_qpn.c): unique across processes, reusable. */
+/* Host-unique QP numbers (src/wire/sv_qpn.c): unique across processes, reusable. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "wire/shm/shm_qpn.h"
+#include "wire/sv_qpn.h"
 
 enum { N = 300 }; /* more than one block */
 

@@ -26,7 +26,7 @@
 #include "core/sv_obj.h"
 #include "core/sv_qp_data.h"
 #include "core/sv_qp_table.h"
-#include "wire/shm/shm_qpn.h"
+#include "wire/sv_qpn.h"
 #include "util/sv_log.h"
 #include "util/sv_time.h"
 

@@ -1,6 +1,6 @@
 /*
  * The shm wire's attach (a QP reaching the owner of a QP number over the abstract unix
- * socket of the number's block, src/wire/shm/shm_qpn.h) against peers that do not speak the
+ * socket of the number's block, src/wire/sv_qpn.h) against peers that do not speak the
  * protocol. tests/verbs/test_claims.c checks that an RC QP refuses answers of the
  * wrong shape (a segment or key table too small, a pipe or a blocking eventfd as
  * wake-up, a wrong length or magic, two descriptors) and maps nothing; here:
@@ -35,7 +35,7 @@
 #include "verbs/sv_test_peer.h"
 #include "verbs/sv_test_util.h"
 #include "core/sv_mr.h"
-#include "wire/shm/shm_qpn.h"
+#include "wire/sv_qpn.h"
 #include "wire/shm/shm_msg.h"
 
 #include <dirent.h>

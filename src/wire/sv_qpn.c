@@ -1,4 +1,4 @@
-#include "wire/shm/shm_qpn.h"
+#include "wire/sv_qpn.h"
 
 #include <errno.h>
 #include <pthread.h>
