@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 # Build dependencies and the rdma-core programs the tests run unmodified.
 PACKAGES=(build-essential cmake pkg-config clang libclang-rt-14-dev libcmocka-dev
-          libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest
+          libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest libisal-dev
           python3 python3-pyverbs iproute2)
 
 missing=()

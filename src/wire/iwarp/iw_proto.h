@@ -10,7 +10,8 @@
  *   [Read Request / Atomic Request / Terminate body: part of the header here]
  *   payload
  *   pad (0-3 zero bytes, to a multiple of 4 counting from ULPDU_Length)
- *   CRC32c (4, big endian; 0 when CRC was not negotiated), over everything before it
+ *   CRC32c (4; 0 when CRC was not negotiated), over everything before it, its least
+ *   significant byte first as in iSCSI (RFC 3720 B.4): iw_crc_put() writes it
  *
  * "Header" below is everything from ULPDU_Length to the payload: its length follows from
  * the opcode alone (iw_op_info[].hdr_len).
@@ -22,7 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* RDMAP opcodes (RFC 5040 §4.3; RFC 7306 §5.1 for 8 and above). */
+/* RDMAP opcodes (RFC 5040 §4.3; RFC 7306 for 8 and above: the values Chelsio's firmware
+ * interface names for them, FW_RI_SEND_IMMEDIATE 0x8 ... FW_RI_ATOMIC_RESPONSE 0xb, and
+ * Wireshark 4.0 decodes 0xa/0xb as Atomic Request/Response). */
 enum iw_opcode {
 	IW_OP_WRITE = 0x0,
 	IW_OP_READ_REQ = 0x1,
@@ -32,7 +35,7 @@ enum iw_opcode {
 	IW_OP_SEND_SE = 0x5,
 	IW_OP_SEND_SE_INV = 0x6,
 	IW_OP_TERMINATE = 0x7,
-	/* RFC 7306 (values as the RFC assigns them: check before use) */
+	/* RFC 7306 */
 	IW_OP_IMM = 0x8,         /* Immediate Data */
 	IW_OP_IMM_SE = 0x9,      /* Immediate Data with Solicited Event */
 	IW_OP_ATOMIC_REQ = 0xa,  /* Atomic Request */
@@ -40,14 +43,16 @@ enum iw_opcode {
 	IW_OP_MAX = 0x10,
 };
 
-/* DDP untagged queue numbers (RFC 5040 §5.1; RFC 7306 for the atomic queues). */
+/* DDP untagged queue numbers (RFC 5040 §5.1; RFC 7306 for the atomic queues: an Atomic
+ * Request goes on the Read Request queue, under the same IRD/ORD, and the responses on a
+ * queue of their own, 3). */
 enum iw_queue {
 	IW_QN_SEND = 0,      /* Send*, Immediate Data */
 	IW_QN_READ_REQ = 1,  /* Read Requests */
 	IW_QN_TERMINATE = 2, /* Terminate */
-	IW_QN_ATOMIC_REQ = 3,  /* RFC 7306: Atomic Requests (check) */
-	IW_QN_ATOMIC_RESP = 4, /* RFC 7306: Atomic Responses (check) */
-	IW_QN_MAX,
+	IW_QN_ATOMIC_REQ = 1,  /* RFC 7306: Atomic Requests, on the Read Request queue */
+	IW_QN_ATOMIC_RESP = 3, /* RFC 7306: Atomic Responses */
+	IW_QN_MAX = 4,
 };
 
 enum {
@@ -55,8 +60,13 @@ enum {
 	IW_RDMAP_VERSION = 1,
 	IW_MPA_LEN_BYTES = 2,
 	IW_CRC_BYTES = 4,
-	IW_HDR_MAX = 64,       /* the longest header of any opcode, ULPDU_Length included */
+	IW_HDR_MAX = 72,       /* the longest header of any opcode (Atomic Request: 2 + 18 +
+				* 52), ULPDU_Length included */
 	IW_HDR_MIN = 16,       /* the shortest (tagged: 2 + 2 + 4 + 8) */
+	IW_HDR_TAGGED = 16,    /* ULPDU_Length + tagged DDP header */
+	IW_HDR_UNTAGGED = 20,  /* ULPDU_Length + untagged DDP header */
+	IW_TERM_HDRS_MAX = 2 + 18 + 28, /* a Terminate's payload at most: the offending
+					 * ULPDU_Length, untagged DDP header, Read Request */
 	IW_ULPDU_MAX = 0xffff, /* ULPDU_Length is 16 bits */
 };
 
@@ -66,15 +76,18 @@ struct iw_op_info {
 	bool tagged;       /* the T bit it must carry */
 	bool has_payload;  /* may carry payload after its header */
 	bool ext;          /* RFC 7306 (taken only where negotiated) */
+	bool single;       /* always one DDP segment: L set, message offset 0 */
 	uint8_t qn;        /* untagged: the queue it goes on */
 	uint8_t hdr_len;   /* bytes from ULPDU_Length to the payload */
 };
 extern const struct iw_op_info iw_op_info[IW_OP_MAX];
 
-/* RFC 7306 §5.2: the atomic operations an Atomic Request names. */
+/* RFC 7306: the atomic operations an Atomic Request names (its low 4 bits of the first
+ * word; Wireshark 4.0: 0 FetchAdd, 2 CmpSwap). */
 enum iw_atomic_op {
 	IW_ATOMIC_FETCH_ADD = 0,
-	IW_ATOMIC_CMP_SWAP = 1,
+	IW_ATOMIC_SWAP = 1,
+	IW_ATOMIC_CMP_SWAP = 2,
 };
 
 /*
@@ -100,19 +113,27 @@ struct iw_hdr {
 	uint32_t read_size;
 	uint32_t src_stag;
 	uint64_t src_to;
-	/* Atomic Request body (RFC 7306 §5.2) */
+	/* Atomic Request body (RFC 7306), after the untagged header: reserved (28 bits) |
+	 * atomic operation (4), request identifier, remote STag, remote tagged offset, add or
+	 * swap data, add or swap mask, compare data, compare mask (52 bytes) */
 	uint32_t atomic_op;    /* enum iw_atomic_op */
+	uint32_t atomic_req_id; /* echoed by the response */
 	uint32_t atomic_stag;
 	uint64_t atomic_to;
 	uint64_t add_swap, add_swap_mask, compare, compare_mask;
-	/* Atomic Response (RFC 7306 §5.3): the original value */
+	/* Atomic Response (RFC 7306): original request identifier (in atomic_req_id), the
+	 * original remote value (12 bytes) */
 	uint64_t orig_value;
-	/* Immediate Data (RFC 7306 §5.4): 8 bytes, as the consumer gave them */
+	/* Immediate Data (RFC 7306): 8 bytes after the untagged header, as the consumer gave
+	 * them (big endian on the wire, like every field here) */
 	uint64_t imm;
-	/* Terminate (RFC 5040 §4.8): the control word's fields, and whether the offending
-	 * DDP and RDMAP headers follow (they are the payload, not decoded here) */
+	/* Terminate (RFC 5040 §4.8): the control word layer (4 bits) | etype (4) | ecode (8)
+	 * | M D R (3) | reserved (13), and its header flags: M the offending segment's
+	 * length (its ULPDU_Length, 2 bytes) follows, D its DDP header follows, R its RDMAP
+	 * header (a Read Request's 28 bytes) follows. What follows is the payload, not
+	 * decoded here. */
 	uint8_t term_layer, term_etype, term_ecode;
-	bool term_hdr_ddp, term_hdr_rdmap;
+	bool term_hdr_len, term_hdr_ddp, term_hdr_rdmap;
 };
 
 /* Terminate layers (RFC 5040 §7.1). */
@@ -165,10 +186,25 @@ enum {
 	IW_ECODE_DDP_U_TOO_LONG = 0x05,
 	IW_ECODE_DDP_U_INV_VERSION = 0x06,
 	/* MPA (etype 0) */
+	IW_ECODE_MPA_CLOSED = 0x01,
 	IW_ECODE_MPA_CRC = 0x02,
 	IW_ECODE_MPA_MARKER = 0x03,
 	IW_ECODE_MPA_REQ_RSP = 0x04,
+	IW_ECODE_MPA_LOCAL_CATA = 0x05,
 	IW_ECODE_MPA_IRD_ORD = 0x06, /* RFC 6581 */
+	IW_ECODE_MPA_NO_RTR = 0x07,  /* RFC 6581 */
+};
+
+/* The two control bytes after ULPDU_Length (RFC 5041 §5.1, RFC 5040 §4.2). */
+enum {
+	IW_DDP_T = 0x80,      /* byte 2: tagged */
+	IW_DDP_L = 0x40,      /* byte 2: last */
+	IW_DDP_DV_MASK = 0x03,
+	IW_RDMAP_RV_SHIFT = 6, /* byte 3: RDMAP version in bits 7-6 */
+	IW_RDMAP_OP_MASK = 0x0f,
+	IW_TERM_M = 0x80,     /* byte 2 of the Terminate control word */
+	IW_TERM_D = 0x40,
+	IW_TERM_R = 0x20,
 };
 
 /* A Terminate to send: what went wrong, where (iw_hdr_decode fills it). */
@@ -201,28 +237,54 @@ int iw_hdr_encode(void *buf, const struct iw_hdr *h);
  * Decodes the header at the start of @buf (@len bytes received so far), checking
  * everything the header alone can say: versions, opcode known (@ext: RFC 7306 opcodes
  * allowed), T bit matching the opcode, queue number matching it, ULPDU_Length at least
- * the header, no payload where the opcode has none, reserved fields. Returns the
+ * the header, no payload where the opcode has none, offset 0 and L set for the
+ * single-segment messages (Read Request, Terminate, atomics, Immediate Data), the atomic
+ * operation known. Reserved bits are NOT checked: RFC 5040 §4.2 and RFC 5041 §5.1 say
+ * they are set to zero on transmit and not checked on receive. Returns the
  * header's length (payload_len filled), -EAGAIN if more bytes are needed to know, or
  * -EPROTO with *term set to the Terminate the RFCs give for the fault.
  */
 int iw_hdr_decode(const void *buf, size_t len, bool ext, struct iw_hdr *h, struct iw_term *term);
 
 /*
- * A Terminate FPDU's header for @t (queue 2, MSN 1, offset 0, last), the offending
- * header @bad (@bad_len bytes of DDP/RDMAP header as received, without ULPDU_Length;
- * 0 for none) copied as its payload. Writes header and payload into @buf (IW_HDR_MAX +
- * 28 bytes at least); returns the ULPDU's header+payload length in bytes written (the
- * caller adds pad and CRC), or -EINVAL.
+ * A Terminate FPDU's header for @t (queue 2, MSN 1, offset 0, last), with the offending
+ * FPDU's start @bad (@bad_len bytes as received, FROM its ULPDU_Length: RFC 5040 §4.8
+ * puts the "DDP Segment Length" before the terminated DDP header; 0 for none) copied as
+ * its payload: its ULPDU_Length and DDP header (M and D set), and a Read Request's 28
+ * bytes of RDMAP header (R set) when @bad is one and holds them. Writes header and
+ * payload into @buf (@cap >= IW_HDR_UNTAGGED + 4 + IW_TERM_HDRS_MAX is always enough);
+ * returns the bytes written, ULPDU_Length included (the caller adds pad and CRC), or
+ * -EINVAL (@cap too small, @bad shorter than its DDP header).
  */
 int iw_term_encode(void *buf, size_t cap, const struct iw_term *t, const void *bad,
 		   size_t bad_len);
 
 /* CRC32c (Castagnoli, RFC 3385) as MPA uses it: start with iw_crc_init(), feed any
- * number of pieces, finish with iw_crc_final() (the value to put on the wire, as a
- * host-order integer to be written big endian). */
+ * number of pieces, finish with iw_crc_final(): the CRC32c value (RFC 3720 B.4: 32 zero
+ * bytes give 0x8a9136aa). On the wire it goes least significant byte first (32 zero
+ * bytes: aa 36 91 8a), as in iSCSI, which tshark's iwarp_mpa check confirms (see
+ * tests/wire/iwarp/test_iw_proto.c): write it with iw_crc_put, read it with iw_crc_get. */
 uint32_t iw_crc_init(void);
 uint32_t iw_crc_update(uint32_t crc, const void *buf, size_t len);
 uint32_t iw_crc_final(uint32_t crc);
+
+static inline void iw_crc_put(void *p, uint32_t crc)
+{
+	unsigned char *b = p;
+
+	b[0] = (unsigned char)crc;
+	b[1] = (unsigned char)(crc >> 8);
+	b[2] = (unsigned char)(crc >> 16);
+	b[3] = (unsigned char)(crc >> 24);
+}
+
+static inline uint32_t iw_crc_get(const void *p)
+{
+	const unsigned char *b = p;
+
+	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+	       (uint32_t)b[3] << 24;
+}
 
 /* Opcode name for logs ("write", "read-req", ...; "?" for none). */
 const char *iw_op_name(uint8_t opcode);
