@@ -45,7 +45,8 @@ enum iw_opcode {
 
 /* DDP untagged queue numbers (RFC 5040 §5.1; RFC 7306 for the atomic queues: an Atomic
  * Request goes on the Read Request queue, under the same IRD/ORD, and the responses on a
- * queue of their own, 3). */
+ * queue of their own, 3; IBM's urdma, by siw's authors, has queue 3 for atomic responses
+ * and no queue of atomic requests, and lays out both atomic headers as below). */
 enum iw_queue {
 	IW_QN_SEND = 0,      /* Send*, Immediate Data */
 	IW_QN_READ_REQ = 1,  /* Read Requests */
@@ -83,7 +84,8 @@ struct iw_op_info {
 extern const struct iw_op_info iw_op_info[IW_OP_MAX];
 
 /* RFC 7306: the atomic operations an Atomic Request names (its low 4 bits of the first
- * word; Wireshark 4.0: 0 FetchAdd, 2 CmpSwap). */
+ * word; Wireshark 4.0: 0 FetchAdd, 2 CmpSwap. urdma numbers CmpSwap 1: a private choice,
+ * the header keeps the RFC's / Wireshark's 2). */
 enum iw_atomic_op {
 	IW_ATOMIC_FETCH_ADD = 0,
 	IW_ATOMIC_SWAP = 1,
