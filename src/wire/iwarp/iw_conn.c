@@ -1083,8 +1083,15 @@ static int ensure_locked(void)
 	cs.wanted = true;
 	if (cs.claim_fd >= 0)
 		return cs.tcp_fd >= 0 ? 0 : tcp_bind_locked();
-	if (cs.mon_fd >= 0)
-		return 0;
+	if (cs.mon_fd >= 0) {
+		char c;
+
+		/* One look (the holder never sends): has it gone, and the progress thread
+		 * not yet heard? Then take over now. */
+		if (recv(cs.mon_fd, &c, 1, MSG_DONTWAIT | MSG_PEEK) < 0 && errno == EAGAIN)
+			return 0;
+		unwatch_close(&cs.mon_fd, cs.mon_id);
+	}
 	/* The claim: binding the abstract name is atomic, and it vanishes with us. */
 	fd = unix_listen(CLAIM_NAME, port);
 	if (fd >= 0) {
@@ -1123,6 +1130,16 @@ int iw_conn_port_ensure(void)
 	err = ensure_locked();
 	sv_engine_unlock();
 	return err;
+}
+
+bool iw_conn_port_held(void)
+{
+	bool held;
+
+	sv_engine_lock();
+	held = cs.claim_fd >= 0 && cs.tcp_fd >= 0 && cs.port == iw_conn_port();
+	sv_engine_unlock();
+	return held;
 }
 
 int iw_conn_open_block_locked(uint32_t block)

@@ -79,12 +79,14 @@ void iw_conn_close_block_locked(uint32_t block);
 
 /*
  * Someone on this host listens on the port: us (bind now if free) or another process.
- * Cheap when nothing changed: no system call while we hold the port or watch its holder
- * (call it at RTR and from timers). 0, -EAGAIN (another process is taking the port at
+ * Cheap when nothing changed: no system call while we hold the port, one recv() while
+ * another process holds it and we watch it (call it at RTR and from timers). 0, -EAGAIN (another process is taking the port at
  * this moment; a retry is scheduled, call again later) or -errno (-EADDRINUSE: a
  * program that is not softverbs holds the TCP port). Engine lock NOT held (it takes it).
  */
 int iw_conn_port_ensure(void);
+/* This process holds the port now (softverbs stat, tests). Engine lock NOT held. */
+bool iw_conn_port_held(void);
 
 /*
  * Active side: TCP connect to @to (the peer host's address from its GID, port from the
