@@ -195,12 +195,15 @@ int iw_conn_parse_request(const void *buf, size_t len, struct iw_params *got)
 
 int iw_conn_take_reply(const void *buf, size_t len, struct iw_params *got)
 {
+	struct iw_mpa_frame f;
 	struct iw_params p;
 	bool rej;
 	int n = parse(buf, len, IW_MPA_REPLY, &p, &rej);
 
-	/* RFC 5044 §7.1: R set, the connection is refused, whatever the private data. */
-	if (rej && (n > 0 || n == -EBADMSG))
+	/* RFC 5044 §7.1: R set, the connection is refused, whatever the revision and the
+	 * private data. */
+	if (n != -EAGAIN && iw_mpa_parse(buf, len, IW_MPA_REPLY, &f) > 0 &&
+	    (f.flags & IW_MPA_FLAG_REJECT))
 		return -ECONNREFUSED;
 	if (n == -EBADMSG)
 		return -EPROTO;
@@ -538,7 +541,11 @@ static void init_locked(void)
 	static const struct sv_fork_hooks qpn_hooks = {
 		sv_qpn_atfork_prepare, sv_qpn_atfork_parent, sv_qpn_atfork_child,
 	};
+	static bool done; /* under the engine's lock */
 
+	if (done)
+		return;
+	done = true;
 	sv_engine_fork_hooks(&hooks);
 	sv_engine_fork_hooks(&qpn_hooks); /* sv_qpn_owner's lock is taken under the engine's */
 }

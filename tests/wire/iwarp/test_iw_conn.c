@@ -48,6 +48,8 @@ struct report {
 	uint32_t qpn;
 	bool held;
 	struct iw_params p;
+	int extra_len;  /* REP_CONN: bytes already in the socket after the request */
+	char extra[8];
 };
 
 struct peer {
@@ -65,10 +67,15 @@ static int keep_pipe[2] = { -1, -1 }; /* a grandchild lives until its write end 
 /* In a peer: */
 static int rep_fd = -1;
 
-static void report(int type, int result, uint32_t qpn, const struct iw_params *p)
+static void report(int type, int result, uint32_t qpn, const struct iw_params *p,
+		   const char *extra, int extra_len)
 {
 	struct report r = { .type = type, .result = result, .pid = getpid(), .qpn = qpn };
 
+	if (extra_len > 0) {
+		r.extra_len = extra_len;
+		memcpy(r.extra, extra, (size_t)extra_len);
+	}
 	if (type != REP_CONN) /* the handler runs with the engine's lock held */
 		r.held = iw_conn_port_held();
 	if (p)
@@ -85,11 +92,13 @@ static void on_conn(int fd, const struct iw_params *peer)
 		.src_qpn = peer->dest_qpn, .dest_qpn = peer->src_qpn, .ird = 11, .ord = 13,
 		.crc = peer->crc, .ext = peer->ext, .rtr = peer->rtr & IW_RTR_WRITE,
 	};
+	char extra[8];
+	ssize_t got = recv(fd, extra, sizeof(extra), MSG_DONTWAIT);
 	int r = iw_conn_reply(fd, &mine, false);
 
 	if (!r && send(fd, "DATA", 4, MSG_NOSIGNAL | MSG_DONTWAIT) != 4)
 		r = -EIO;
-	report(REP_CONN, r, peer->dest_qpn, peer);
+	report(REP_CONN, r, peer->dest_qpn, peer, extra, got > 0 ? (int)got : 0);
 	close(fd);
 }
 
@@ -109,10 +118,10 @@ static void peer_main(int cmd)
 	iw_conn_set_handler(on_conn);
 	if (!r)
 		r = iw_conn_port_ensure();
-	report(REP_READY, r, qpn, NULL);
+	report(REP_READY, r, qpn, NULL, NULL, 0);
 	while (read(cmd, &c, 1) == 1) {
 		if (c == CMD_ENSURE) {
-			report(REP_ENSURE, iw_conn_port_ensure(), qpn, NULL);
+			report(REP_ENSURE, iw_conn_port_ensure(), qpn, NULL, NULL, 0);
 		} else if (c == CMD_FORK_KEEP) {
 			/* A child that lives on after us: it must not keep our port. It says
 			 * when it runs (its fork handlers have run by then). */
@@ -135,7 +144,7 @@ static void peer_main(int cmd)
 			if (pid > 0 && read(up[0], &c, 1) != 1)
 				pid = -1;
 			close(up[0]);
-			report(REP_FORKED, pid < 0 ? -ECHILD : pid, qpn, NULL);
+			report(REP_FORKED, pid < 0 ? -ECHILD : pid, qpn, NULL, NULL, 0);
 		}
 	}
 	_exit(0);
@@ -508,6 +517,9 @@ static void test_frames(void **state)
 	n = iw_mpa_build(bad, sizeof(bad), IW_MPA_REPLY, IW_MPA_FLAG_REJECT, "abcd", 4);
 	bad[17] = 2;
 	assert_int_equal(iw_conn_take_reply(bad, (size_t)n, &got), -ECONNREFUSED);
+	n = iw_mpa_build(bad, sizeof(bad), IW_MPA_REPLY, IW_MPA_FLAG_REJECT, NULL, 0);
+	assert_int_equal(iw_conn_take_reply(bad, (size_t)n - 1, &got), -EAGAIN);
+	assert_int_equal(iw_conn_take_reply(bad, (size_t)n, &got), -ECONNREFUSED); /* rev 1 */
 	close(sp[0]);
 	close(sp[1]);
 }
@@ -674,8 +686,8 @@ static void test_silent_closed(void **state)
 }
 
 /* The request trickling in, split at every byte: the holder neither answers nor closes
- * on a part, and the whole reaches the owner (the holder's own QP and another
- * process's, in turn). */
+ * on a part, the whole reaches the owner (the holder's own QP and another process's, in
+ * turn), and the bytes behind it stay in the socket for the owner. */
 static void test_split_points(void **state)
 {
 	struct peer *a, *b;
@@ -700,13 +712,18 @@ static void test_split_points(void **state)
 		/* Nothing comes back for a part of a request (no reply, no close). */
 		p = (struct pollfd){ .fd = fd, .events = POLLIN };
 		assert_int_equal(poll(&p, 1, 10), 0);
-		assert_int_equal(send(fd, req + k, (size_t)(n - k), 0), n - k);
+		/* The rest, and 4 bytes past the request in the same segment: the holder
+		 * reads no further than the request, they are the owner's. */
+		memcpy(req + n, "XTRA", 4);
+		assert_int_equal(send(fd, req + k, (size_t)(n - k) + 4, 0), n - k + 4);
 		assert_int_equal(read_reply(fd, buf, sizeof(buf), &len, &got), IW_CONN_FRAME_LEN);
 		assert_int_equal(got.src_qpn, owner->qpn);
 		assert_int_equal(got.dest_qpn, want.src_qpn);
 		close(fd);
 		get_report(owner, REP_CONN, &r);
 		assert_int_equal(r.p.src_qpn, want.src_qpn);
+		assert_int_equal(r.extra_len, 4);
+		assert_memory_equal(r.extra, "XTRA", 4);
 	}
 }
 
