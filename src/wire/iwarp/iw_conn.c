@@ -477,6 +477,9 @@ static struct {
 	int timer_fd;      /* timerfd: pends' deadlines, port retries */
 	uint64_t claim_id, tcp_id, mon_id, timer_id;
 	uint64_t retry_at; /* sv_now_ns() of the next ensure_locked, 0: none */
+	uint64_t bind_backoff; /* ns before the next try at a TCP port someone else has */
+	bool tcp_paused;   /* out of descriptors: the listener unwatched until the timer */
+	int n_pends;
 	struct pend *pends;
 	struct sock *blocks; /* our handoff listeners */
 	struct sock *mons;   /* holder: the monitors' connections */
@@ -532,6 +535,9 @@ static void fork_child(void)
 	close_socks(&cs.mons);
 	cs.wanted = false;
 	cs.retry_at = 0;
+	cs.bind_backoff = 0;
+	cs.tcp_paused = false;
+	cs.n_pends = 0;
 	cs.port = 0;
 }
 
@@ -633,6 +639,8 @@ static void rearm_locked(void)
 
 static void drop_pend(struct pend *p, bool close_fd);
 static int ensure_locked(void);
+static void retry_in_locked(uint64_t ns);
+static void tcp_accept(void *arg, uint32_t events);
 
 static void timer_event(void *arg, uint32_t events)
 {
@@ -652,6 +660,11 @@ static void timer_event(void *arg, uint32_t events)
 	}
 	if (cs.retry_at && cs.retry_at <= now) {
 		cs.retry_at = 0;
+		if (cs.tcp_paused && cs.tcp_fd >= 0 &&
+		    !sv_engine_watch_locked(cs.tcp_fd, tcp_accept, NULL, &cs.tcp_id))
+			cs.tcp_paused = false;
+		else if (cs.tcp_paused)
+			retry_in_locked(100000000ull);
 		if (cs.wanted)
 			(void)ensure_locked();
 	}
@@ -702,6 +715,7 @@ static void drop_pend(struct pend *p, bool close_fd)
 	if (close_fd)
 		close(p->fd);
 	free(p);
+	cs.n_pends--;
 }
 
 static void add_pend(int kind, int fd)
@@ -718,6 +732,7 @@ static void add_pend(int kind, int fd)
 	p->deadline = sv_now_ns() + mpa_timeout_ns();
 	p->next = cs.pends;
 	cs.pends = p;
+	cs.n_pends++;
 	rearm_locked();
 }
 
@@ -916,13 +931,33 @@ static void pend_event(void *arg, uint32_t events)
 
 /* -- listeners -- */
 
+enum { MAX_PENDS = 256 }; /* requests being read at once: a flood costs no more */
+
 static void tcp_accept(void *arg, uint32_t events)
 {
-	int fd;
-
 	(void)arg;
 	(void)events;
-	while ((fd = accept4(cs.tcp_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+	for (;;) {
+		int fd = accept4(cs.tcp_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return;
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			/* Out of descriptors (EMFILE, ENFILE, ENOBUFS): the listener would stay
+			 * readable and spin the progress thread. Look again in a while. */
+			sv_warn("iw_conn: accept on port %u: %s; paused\n", cs.port, strerror(errno));
+			sv_engine_unwatch_locked(cs.tcp_id);
+			cs.tcp_paused = true;
+			retry_in_locked(100000000ull);
+			return;
+		}
+		if (cs.n_pends >= MAX_PENDS) {
+			sv_dbg("iw_conn: %d requests pending: connection closed\n", cs.n_pends);
+			close(fd);
+			continue;
+		}
 		set_nodelay(fd);
 		add_pend(PEND_TCP, fd);
 	}
@@ -1051,17 +1086,23 @@ static int tcp_bind_locked(void)
 {
 	int fd = tcp_listen(cs.port), err;
 
+	if (fd >= 0) {
+		err = sv_engine_watch_locked(fd, tcp_accept, NULL, &cs.tcp_id);
+		if (err)
+			close(fd);
+		fd = err ? err : fd;
+	}
 	if (fd < 0) {
-		/* A process that is not softverbs, or a holder that is still closing. */
-		retry_in_locked(200000000ull);
+		/* A program that is not softverbs, or a holder still closing: again soon,
+		 * then less and less often (200 ms doubling to 5 s). */
+		cs.bind_backoff = cs.bind_backoff ? cs.bind_backoff * 2 : 200000000ull;
+		if (cs.bind_backoff > 5000000000ull)
+			cs.bind_backoff = 5000000000ull;
+		retry_in_locked(cs.bind_backoff);
 		return fd;
 	}
-	err = sv_engine_watch_locked(fd, tcp_accept, NULL, &cs.tcp_id);
-	if (err) {
-		close(fd);
-		retry_in_locked(200000000ull);
-		return err;
-	}
+	cs.bind_backoff = 0;
+	cs.tcp_paused = false;
 	cs.tcp_fd = fd;
 	sv_info("iw_conn: this process answers on TCP port %u\n", cs.port);
 	return 0;
@@ -1075,6 +1116,8 @@ static void drop_port_locked(void)
 	while (cs.mons)
 		drop_sock(&cs.mons, cs.mons);
 	cs.retry_at = 0;
+	cs.bind_backoff = 0;
+	cs.tcp_paused = false;
 }
 
 static int ensure_locked(void)
