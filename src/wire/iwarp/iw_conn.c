@@ -496,8 +496,13 @@ void iw_conn_set_handler(iw_conn_handler fn)
  * listener would keep the port from the next holder). No lock of our own: the engine's
  * covers us; the hooks exist for the child's clean-up. Never unwatch in the child: the
  * epoll instance is the parent's too. */
+static unsigned forks; /* counted under the engine's lock (its prepare hook takes it) */
+
+/* Not empty: sv_engine_fork_hooks tells hook sets apart by their prepare function, which
+ * must not be folded with another wire's empty one. */
 static void fork_prepare(void)
 {
+	forks++;
 }
 
 static void fork_parent(void)
