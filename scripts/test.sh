@@ -25,10 +25,11 @@ cmake --build build-tsan -j"$(nproc)"
 # Not the other-user test: its agent (uid 65534) cannot read a build tree only root may
 # read, as a fresh clone's often is, so TSan cannot symbolize its reports and the one
 # suppression (tests/tsan.supp) cannot match; it runs in the gcc and ASan stages.
-# The shm ring's threaded test and the core over its test wire run there too.
+# The shm ring's threaded test, the core over its test wire and the iWARP port's handoff
+# test (unit_test_iw_conn: each peer's progress thread serves the port) run there too.
 # Two at a time: 107 s instead of 212 on an idle machine.
 (cd build-tsan && TSAN_OPTIONS="die_after_fork=0 halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
-  ctest --output-on-failure -j2 -R '^(verbs_test_data_|verbs_test_claims|rdmacm_|unit_test_(assist|shm_fifo)|core_test_core_wire$)' \
+  ctest --output-on-failure -j2 -R '^(verbs_test_data_|verbs_test_claims|rdmacm_|unit_test_(assist|shm_fifo|iw_conn)|core_test_core_wire$)' \
   -E '_silent_peer|_other_user')
 
 echo "== clang build"
