@@ -62,10 +62,10 @@ int sv_engine_wake_fd(void)
 	return eng.wake_fd;
 }
 
-static int add_watch(int fd, sv_watch_fn fn, void *arg, uint64_t *id)
+static int add_watch(int fd, uint32_t events, sv_watch_fn fn, void *arg, uint64_t *id)
 {
 	struct watch *w = calloc(1, sizeof(*w));
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP };
+	struct epoll_event ev = { .events = events };
 
 	if (!w)
 		return -ENOMEM;
@@ -93,7 +93,31 @@ int sv_engine_watch_locked(int fd, sv_watch_fn fn, void *arg, uint64_t *id)
 {
 	int err = engine_start();
 
-	return err ? err : add_watch(fd, fn, arg, id);
+	return err ? err : add_watch(fd, EPOLLIN | EPOLLRDHUP, fn, arg, id);
+}
+
+int sv_engine_watch_oneshot_locked(int fd, sv_watch_fn fn, void *arg, uint64_t *id)
+{
+	int err = engine_start();
+
+	return err ? err : add_watch(fd, EPOLLONESHOT, fn, arg, id);
+}
+
+int sv_engine_rearm(uint64_t id, uint32_t events)
+{
+	int err = -ENOENT;
+
+	pthread_mutex_lock(&eng.lock);
+	for (struct watch *w = eng.watches; w; w = w->next) {
+		if (w->id == id) {
+			struct epoll_event ev = { .events = events | EPOLLONESHOT, .data.ptr = w };
+
+			err = epoll_ctl(eng.epfd, EPOLL_CTL_MOD, w->fd, &ev) ? -errno : 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&eng.lock);
+	return err;
 }
 
 void sv_engine_unwatch_locked(uint64_t id)
@@ -195,7 +219,7 @@ static int engine_start(void)
 	eng.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	err = eng.epfd < 0 || eng.wake_fd < 0 ? -errno : 0;
 	if (!err)
-		err = add_watch(eng.wake_fd, wake_drain, NULL, NULL);
+		err = add_watch(eng.wake_fd, EPOLLIN, wake_drain, NULL, NULL);
 	if (!err && pthread_create(&thread, NULL, progress_main, NULL))
 		err = -EAGAIN;
 	if (err) {

@@ -43,6 +43,13 @@ void sv_engine_unlock(void);
 typedef void (*sv_watch_fn)(void *arg, uint32_t events);
 int sv_engine_watch_locked(int fd, sv_watch_fn fn, void *arg, uint64_t *id);
 void sv_engine_unwatch_locked(uint64_t id);
+/* A watch that reports once per arming: added disarmed; sv_engine_rearm(id, events) arms
+ * it for @events (EPOLLIN, EPOLLOUT, ...) until it next fires. For a descriptor whose
+ * data the application's own polls read while it spins: the progress thread hears of it
+ * only when it is about to sleep (the wire's arm op), never on the latency path. Takes
+ * the engine's lock. */
+int sv_engine_watch_oneshot_locked(int fd, sv_watch_fn fn, void *arg, uint64_t *id);
+int sv_engine_rearm(uint64_t id, uint32_t events);
 
 /* Locks a wire takes under the engine's: held around fork() after the engine's, and
  * made afresh in the child (each hook set once; up to four). */

@@ -186,7 +186,7 @@ static struct sv_hdr req_hdr(struct sv_qp *qp, const struct sv_send_wqe *w, uint
 /*
  * Hands a message to the wire in segments of at most its size (a segment each, when it
  * takes the whole message): each segment its own msn when @acked, the first and last
- * marked, the immediate and the solicited flag on the last only. qp->tx_off keeps the
+ * marked, the immediate on the last only. qp->tx_off keeps the
  * place when the wire fills.
  */
 static enum tx_result tx_message(struct sv_qp *qp, struct sv_send_wqe *w, struct sv_hdr *proto,
@@ -211,7 +211,9 @@ static enum tx_result tx_message(struct sv_qp *qp, struct sv_send_wqe *w, struct
 
 		h.len = (uint32_t)n;
 		h.offset = qp->tx_off;
-		h.flags &= (uint8_t) ~(SV_F_FIRST | SV_F_LAST | SV_F_IMM | SV_F_SOLICITED);
+		/* The solicited flag goes on every segment (one RDMAP opcode per message: Send
+		 * with Solicited Event), the immediate on the last. */
+		h.flags &= (uint8_t) ~(SV_F_FIRST | SV_F_LAST | SV_F_IMM);
 		if (qp->tx_off == 0)
 			h.flags |= SV_F_FIRST;
 		if (qp->tx_off + n == total)

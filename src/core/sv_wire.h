@@ -75,7 +75,8 @@ struct sv_hdr {
 	uint32_t status;   /* NAK: enum ibv_wc_status; RNR: timer code; TERMINATE: status */
 	uint32_t xrc_srqn; /* requests from an XRC initiator: the SRQ to deliver to */
 	uint64_t compare_add, swap; /* ATOMIC */
-	uint64_t value;    /* ATOMIC_RESP: the original value */
+	uint64_t value;    /* ATOMIC_RESP: the original value; TERMINATE: the async event
+			    * the QP raises as it enters Error (0: IBV_EVENT_QP_ACCESS_ERR) */
 };
 
 /*

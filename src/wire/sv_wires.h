@@ -4,8 +4,8 @@
 
 #include "core/sv_wire.h"
 
-/* The wire for a new QP: shared memory, between the processes of this host (the only
- * one so far; SOFTVERBS_WIRE will choose once there are more). */
-const struct sv_wire_ops *sv_wire_for_qp(void);
+/* The wire for a new QP of @type: shared memory between the processes of this host, or
+ * iWARP over TCP (SOFTVERBS_WIRE=iwarp: RC and UC; UD and XRC stay on shm). */
+const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type);
 
 #endif

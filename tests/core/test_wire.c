@@ -547,9 +547,10 @@ const struct sv_wire_ops tw_wire_unordered = {
 
 /* Which wire a new QP gets: this one. Defined here, the link never pulls sv_wires.o (and
  * with it the shm wire) out of libsvcore.a. */
-const struct sv_wire_ops *sv_wire_for_qp(void);
-const struct sv_wire_ops *sv_wire_for_qp(void)
+const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type);
+const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type)
 {
+	(void)type;
 	return tw_unordered ? &tw_wire_unordered : &tw_wire;
 }
 

@@ -1,0 +1,43 @@
+/* The iWARP wire's connection states, and how a connection ends (iw_wire.h). */
+#include "wire/iwarp/iw_wire.h"
+
+#include "core/sv_path.h"
+#include "util/sv_lock.h"
+#include "util/sv_log.h"
+
+const char *const iw_link_name[] = {
+	[IW_LINK_NONE] = "none",
+	[IW_LINK_DIALING] = "dialing",
+	[IW_LINK_EXPECTING] = "expecting",
+	[IW_LINK_UP] = "up",
+	[IW_LINK_DOWN] = "down",
+};
+
+void iw_link_down(struct iw_qp *iq, const char *why)
+{
+	struct sv_hdr term = { .op = SV_OP_TERMINATE, .src_qpn = iq->peer_qpn,
+			       .value = IBV_EVENT_QP_FATAL };
+	uint32_t was = atomic_exchange(&iq->link, IW_LINK_DOWN);
+
+	if (was == IW_LINK_DOWN)
+		return;
+	if (why)
+		sv_dbg("iwarp qp %u: connection to qp %u %s -> down: %s", iq->qpn, iq->peer_qpn,
+		       iw_link_name[was], why);
+	/* Nothing outstanding will be answered: the QP enters Error, its work is flushed
+	 * (RFC 5040 §5.5: a stream that failed ends the QP's life). */
+	(void)sv_resp_deliver(iq->qp, &term, NULL);
+}
+
+void iw_link_closed(struct iw_qp *iq)
+{
+	struct sv_qp *qp = iq->qp;
+
+	if (atomic_exchange(&iq->link, IW_LINK_DOWN) == IW_LINK_DOWN)
+		return;
+	sv_dbg("iwarp qp %u: qp %u closed the connection", iq->qpn, iq->peer_qpn);
+	/* As a peer that left on one host: what waits for an answer gets none. */
+	sv_spin_lock(&qp->sq.lock);
+	sv_comp_peer_gone(qp);
+	pthread_spin_unlock(&qp->sq.lock);
+}

@@ -1,0 +1,619 @@
+/*
+ * The iWARP wire's QP side and its ops table (iw_wire.h): QP numbers, the life of a QP's
+ * TCP connection, and what the progress engine asks of a wire.
+ *
+ * Verbs-only setup (the QP knows its peer's GID and QPN at RTR): of the two QPs, the
+ * one with the lower QPN (equal QPNs: the lower GID) connects to the peer host's
+ * well-known port and sends the MPA request (iw_conn_dial); the other expects it, handed
+ * over by whichever process of its host holds the port (iw_conn), and answers with the
+ * MPA reply once it is in RTR. Until the reply, the requester's reach is WAIT: the
+ * core's transport retry timer bounds the wait, as for a peer not in RTR on one host.
+ */
+#include "wire/iwarp/iw_wire.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/sv_device.h"
+#include "core/sv_engine.h"
+#include "core/sv_mr.h"
+#include "core/sv_path.h"
+#include "util/sv_lock.h"
+#include "util/sv_log.h"
+#include "wire/iwarp/iw_conn.h"
+#include "wire/sv_qpn.h"
+
+enum {
+	IW_BUDGET = 64,          /* FPDUs per poll */
+	IW_DIAL_TIMEOUT_MS = 3000,
+	IW_IRD_ORD_MAX = 128,    /* as siw (RFC 6581 words hold 14 bits) */
+};
+
+/* --- what this process set up once ---------------------------------------------------------- */
+
+static bool want_crc(void)
+{
+	const char *e = getenv("SOFTVERBS_IWARP_CRC");
+
+	return !e || strcmp(e, "0") != 0; /* on by default between softverbs hosts */
+}
+
+/* A QPN block this wire claimed: its shm attach socket is answered by a hang-up (a shm
+ * peer that names one of our QPNs is told at once that nobody there speaks shm). */
+static void refuse_attach(void *arg, uint32_t events)
+{
+	int fd = (int)(intptr_t)arg, c;
+
+	(void)events;
+	while ((c = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0)
+		close(c);
+}
+
+static void incoming(int fd, const struct iw_params *p);
+
+/* Engine lock held. */
+static int claim_qpn(struct sv_qp *qp, uint32_t *qpn)
+{
+	static const struct sv_fork_hooks qpn_lock = {
+		sv_qpn_atfork_prepare, sv_qpn_atfork_parent, sv_qpn_atfork_child,
+	};
+	int listen_fd, err;
+
+	sv_engine_fork_hooks(&qpn_lock);
+	err = sv_qpn_alloc(qpn, qp, &listen_fd);
+	if (err)
+		return err;
+	if (listen_fd >= 0 &&
+	    sv_engine_watch_locked(listen_fd, refuse_attach, (void *)(intptr_t)listen_fd, NULL))
+		sv_dbg("iwarp: qpn block of %u: shm attaches will time out", *qpn);
+	err = iw_conn_open_block_locked(*qpn >> SV_QPN_BLOCK_BITS);
+	if (err) {
+		sv_qpn_free(*qpn);
+		return err;
+	}
+	iw_conn_set_handler(incoming);
+	return 0;
+}
+
+/* --- the ops: set-up -------------------------------------------------------------------------- */
+
+static int qp_init(struct sv_qp *qp, uint32_t *qpn)
+{
+	struct iw_qp *iq = calloc(1, sizeof(*iq));
+	int err;
+
+	if (!iq)
+		return -ENOMEM;
+	sv_engine_lock();
+	err = claim_qpn(qp, qpn);
+	sv_engine_unlock();
+	if (err) {
+		free(iq);
+		return err;
+	}
+	iq->qp = qp;
+	iq->qpn = *qpn;
+	atomic_store(&iq->fd, -1);
+	atomic_store(&iq->incoming, -1);
+	iw_tx_init(iq);
+	iw_rx_reset(iq);
+	qp->wire_qp = iq;
+	/* Someone on this host answers the port, so that a peer dialing us finds us. */
+	(void)iw_conn_port_ensure();
+	return 0;
+}
+
+static void qp_fini(struct sv_qp *qp)
+{
+	struct iw_qp *iq = iw_of(qp);
+	int fd;
+
+	sv_engine_lock();
+	sv_qpn_free(iq->qpn); /* the port's handler finds us no more */
+	sv_engine_unlock();
+	fd = atomic_exchange(&iq->incoming, -1);
+	if (fd >= 0)
+		close(fd);
+	while (atomic_load(&qp->eng_ref))
+		sched_yield();
+	pthread_spin_destroy(&iq->txq_lock);
+	qp->wire_qp = NULL;
+	free(iq);
+}
+
+static void publish(struct sv_qp *qp)
+{
+	/* An accepted connection waits for RTR: the progress thread adopts it now. */
+	if (atomic_load(&iw_of(qp)->incoming) >= 0)
+		sv_engine_kick();
+}
+
+/* The peer's address: its GID names its host (a QP without a GRH is on this host). */
+static int peer_addr(struct sv_qp *qp, struct sockaddr_storage *ss, socklen_t *len,
+		     union ibv_gid *dgid, union ibv_gid *sgid)
+{
+	const struct sv_host *host = &sv_qp_ctx(qp)->host;
+	const struct ibv_ah_attr *ah = &qp->attr.ah_attr;
+
+	memset(sgid, 0, sizeof(*sgid));
+	if (ah->is_global) {
+		*dgid = ah->grh.dgid;
+		if (ah->grh.sgid_index < host->n_gids)
+			*sgid = host->gids[ah->grh.sgid_index].gid;
+	} else {
+		uint8_t lo[4] = { 127, 0, 0, 1 };
+
+		if (ah->dlid && ah->dlid != host->lid)
+			return -EHOSTUNREACH; /* a LID names a QP of this host only */
+		sv_gid_from_ipv4(dgid, lo);
+		*sgid = *dgid;
+	}
+	return iw_conn_gid_addr(dgid, sgid, ss, len);
+}
+
+/* What connect hands to attach. */
+struct iw_dial {
+	int fd;
+	uint64_t watch;
+	bool kept;
+};
+static struct iw_dial expecting; /* the passive side's: nothing to dial */
+
+static void on_event(void *arg, uint32_t events)
+{
+	(void)arg;
+	(void)events; /* the progress thread polls the QP once awake: nothing more to do */
+}
+
+static int qp_connect(struct sv_qp *qp, uint32_t qpn, void **conn)
+{
+	struct iw_qp *iq = iw_of(qp);
+	union ibv_gid dgid, sgid;
+	struct sockaddr_storage ss;
+	struct iw_params want;
+	struct iw_dial *d;
+	socklen_t len;
+	int fd, err;
+
+	*conn = NULL;
+	err = peer_addr(qp, &ss, &len, &dgid, &sgid);
+	if (err)
+		return err;
+	/* Who dials: the lower QPN; equal QPNs (two hosts): the lower GID. */
+	if (iq->qpn > qpn || (iq->qpn == qpn && memcmp(sgid.raw, dgid.raw, 16) >= 0)) {
+		if (iq->qpn == qpn && !memcmp(sgid.raw, dgid.raw, 16))
+			return -EINVAL; /* a QP connected to itself */
+		(void)iw_conn_port_ensure();
+		sv_dbg("iwarp qp %u: expects qp %u to connect", iq->qpn, qpn);
+		*conn = &expecting;
+		return 0;
+	}
+	want = (struct iw_params){
+		.src_qpn = iq->qpn, .dest_qpn = qpn, .crc = want_crc(), .ext = true,
+		.ird = qp->attr.max_dest_rd_atomic ? qp->attr.max_dest_rd_atomic : 1,
+		.ord = qp->attr.max_rd_atomic ? qp->attr.max_rd_atomic : 1,
+	};
+	fd = iw_conn_dial((struct sockaddr *)&ss, len, &want, IW_DIAL_TIMEOUT_MS);
+	sv_dbg("iwarp qp %u: dials qp %u: %d", iq->qpn, qpn, fd);
+	if (fd < 0)
+		return fd;
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		close(fd);
+		return -ENOMEM;
+	}
+	d->fd = fd;
+	sv_engine_lock();
+	err = sv_engine_watch_oneshot_locked(fd, on_event, iq, &d->watch);
+	sv_engine_unlock();
+	if (err) {
+		close(fd);
+		free(d);
+		return err;
+	}
+	*conn = d;
+	return 0;
+}
+
+static void *attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
+{
+	struct iw_qp *iq = iw_of(qp);
+	struct iw_dial *d = conn;
+	uint32_t link = atomic_load(&iq->link);
+
+	if (err || !d)
+		return NULL;
+	if (link != IW_LINK_NONE && link != IW_LINK_DOWN)
+		return d == &expecting ? NULL : d; /* connected already: this one goes */
+	iq->peer_qpn = qpn;
+	iw_rx_reset(iq);
+	iw_tx_reset(iq);
+	if (d == &expecting) {
+		atomic_store(&iq->link, IW_LINK_EXPECTING);
+		if (atomic_load(&iq->incoming) >= 0)
+			sv_engine_kick();
+		return NULL;
+	}
+	atomic_store(&iq->fd, d->fd);
+	iq->watch = d->watch;
+	atomic_store(&iq->link, IW_LINK_DIALING);
+	d->kept = true;
+	/* The progress thread may sleep with this QP unwatched: it arms it anew. */
+	sv_engine_kick();
+	return d;
+}
+
+static void release(struct sv_qp *qp, void *conn)
+{
+	struct iw_dial *d = conn;
+
+	(void)qp;
+	if (!d || d == &expecting)
+		return;
+	if (!d->kept) {
+		sv_engine_lock();
+		sv_engine_unwatch_locked(d->watch);
+		sv_engine_unlock();
+		close(d->fd);
+	}
+	free(d);
+}
+
+static void disconnect(struct sv_qp *qp)
+{
+	struct iw_qp *iq = iw_of(qp);
+	uint64_t watch;
+	int fd;
+
+	/* A Terminate we owe goes first (best effort: the socket takes it or not). */
+	(void)iw_tx_flush(iq);
+	sv_rx_lock(qp);
+	sv_qp_sq_lock_unclaimed(qp);
+	fd = atomic_exchange(&iq->fd, -1);
+	watch = iq->watch;
+	iq->watch = 0;
+	atomic_store(&iq->link, IW_LINK_NONE);
+	iw_tx_reset(iq);
+	iw_rx_reset(iq);
+	pthread_spin_unlock(&qp->sq.lock);
+	sv_rx_unlock(qp);
+	if (fd >= 0) {
+		sv_engine_lock();
+		sv_engine_unwatch_locked(watch);
+		sv_engine_unlock();
+		shutdown(fd, SHUT_WR);
+		close(fd);
+	}
+}
+
+static void discard(struct sv_qp *qp)
+{
+	iw_rx_reset(iw_of(qp));
+}
+
+static enum sv_reach reach(struct sv_qp *qp, uint32_t dest_qpn)
+{
+	(void)dest_qpn;
+	if (qp->ibv.qp_base.qp_type == IBV_QPT_UD)
+		return SV_REACH_UNREACHABLE; /* iWARP has no datagrams */
+	switch (atomic_load(&iw_of(qp)->link)) {
+	case IW_LINK_UP:
+		return SV_REACH_READY;
+	case IW_LINK_DIALING:
+	case IW_LINK_EXPECTING:
+		return SV_REACH_WAIT;
+	case IW_LINK_DOWN:
+		return SV_REACH_UNREACHABLE;
+	default:
+		return SV_REACH_NO_PEER;
+	}
+}
+
+static uint64_t seg_max(struct sv_qp *qp, const struct sv_hdr *h)
+{
+	(void)qp;
+	(void)h;
+	return IW_FPDU_PAYLOAD;
+}
+
+static void abandon(struct sv_qp *qp, uint32_t msn)
+{
+	(void)qp;
+	(void)msn; /* no RNR NAKs on this wire: nothing is ever abandoned */
+}
+
+/* WRITEs that wait to be known placed, and no Read out that will tell: ask. */
+static void probe(struct sv_qp *qp, struct iw_qp *iq)
+{
+	if (!iq->ord || atomic_load(&iq->probing) ||
+	    sv_msn_le(atomic_load(&iq->write_hi), atomic_load(&iq->confirmed)))
+		return;
+	sv_spin_lock(&qp->sq.lock);
+	iw_tx_probe(iq);
+	pthread_spin_unlock(&qp->sq.lock);
+}
+
+static void flush(struct sv_qp *qp)
+{
+	struct iw_qp *iq = iw_of(qp);
+
+	probe(qp, iq);
+	if (iw_tx_flush(iq) < 0)
+		atomic_store(&iq->fatal, true);
+}
+
+/* --- the passive side: a connection handed to us ---------------------------------------- */
+
+/* The progress thread, engine lock held (iw_conn). */
+static void incoming(int fd, const struct iw_params *p)
+{
+	struct sv_qp *qp = sv_qpn_owner(p->dest_qpn);
+	struct iw_qp *iq;
+	int old;
+
+	if (!qp || qp->wire != &sv_wire_iwarp ||
+	    (qp->ibv.qp_base.qp_type != IBV_QPT_RC && qp->ibv.qp_base.qp_type != IBV_QPT_UC)) {
+		(void)iw_conn_reply(fd, NULL, true);
+		close(fd);
+		return;
+	}
+	iq = iw_of(qp);
+	iq->incoming_params = (struct iw_params_in){ .src_qpn = p->src_qpn, .ird = p->ird,
+						     .ord = p->ord, .crc = p->crc, .ext = p->ext };
+	old = atomic_exchange(&iq->incoming, fd);
+	if (old >= 0)
+		close(old); /* the peer dialed again: the newer connection counts */
+	sv_engine_kick();
+}
+
+/* rx_busy: takes the connection handed to us, once the QP is in RTR and expects it. */
+static void adopt(struct sv_qp *qp, struct iw_qp *iq)
+{
+	uint32_t st = atomic_load(&qp->pub.state);
+	struct iw_params mine;
+	uint64_t watch = 0;
+	int fd;
+
+	if (atomic_load(&iq->incoming) < 0 || !sv_qp_state_receives(st) ||
+	    atomic_load(&iq->link) != IW_LINK_EXPECTING)
+		return;
+	fd = atomic_exchange(&iq->incoming, -1);
+	if (fd < 0)
+		return;
+	if (iq->incoming_params.src_qpn != iq->peer_qpn) {
+		sv_dbg("iwarp qp %u: a connection from qp %u, expected %u: refused", iq->qpn,
+		       iq->incoming_params.src_qpn, iq->peer_qpn);
+		(void)iw_conn_reply(fd, NULL, true);
+		close(fd);
+		return;
+	}
+	mine = (struct iw_params){
+		.src_qpn = iq->qpn, .dest_qpn = iq->peer_qpn,
+		.crc = iq->incoming_params.crc, /* RFC 5044 §7.1: C echoes the request's */
+		.ext = iq->incoming_params.ext,
+		.ird = qp->attr.max_dest_rd_atomic ? qp->attr.max_dest_rd_atomic : 1,
+		.ord = qp->attr.max_rd_atomic ? qp->attr.max_rd_atomic : 1,
+	};
+	sv_engine_lock();
+	if (sv_engine_watch_oneshot_locked(fd, on_event, iq, &watch)) {
+		sv_engine_unlock();
+		close(fd);
+		return;
+	}
+	sv_engine_unlock();
+	if (iw_conn_reply(fd, &mine, false)) {
+		sv_engine_lock();
+		sv_engine_unwatch_locked(watch);
+		sv_engine_unlock();
+		close(fd);
+		return;
+	}
+	sv_spin_lock(&qp->sq.lock);
+	iq->crc = mine.crc;
+	iq->ext = mine.ext;
+	/* RFC 6581: we answer at most our IRD Read Requests at once. */
+	iq->ird = mine.ird < IW_IRD_ORD_MAX ? mine.ird : IW_IRD_ORD_MAX;
+	iq->ord = iq->incoming_params.ird;
+	atomic_store(&iq->fd, fd);
+	iq->watch = watch;
+	atomic_store(&iq->link, IW_LINK_UP);
+	pthread_spin_unlock(&qp->sq.lock);
+	sv_set_hint(qp->tx_kick, true); /* what waited for the peer goes now */
+	if (!sv_engine_on_thread())
+		sv_engine_kick(); /* the progress thread watches the new socket */
+	sv_dbg("iwarp qp %u: connection from qp %u up (crc %d, ext %d)", iq->qpn, iq->peer_qpn,
+	       iq->crc, iq->ext);
+}
+
+/* rx_busy, DIALING: the peer's MPA reply. */
+static void dialing(struct sv_qp *qp, struct iw_qp *iq)
+{
+	struct iw_params got;
+	int r = iw_rx_reply(iq, &got);
+
+	if (r == 0)
+		return;
+	if (r < 0 || got.src_qpn != iq->peer_qpn || got.dest_qpn != iq->qpn) {
+		sv_dbg("iwarp qp %u: qp %u %s", iq->qpn, iq->peer_qpn,
+		       r == -ECONNREFUSED ? "refused the connection" : "gave a bad MPA reply");
+		/* Nobody there to take requests: what is sent is lost (RETRY_EXC_ERR). */
+		atomic_store(&iq->link, IW_LINK_DOWN);
+		return;
+	}
+	sv_spin_lock(&qp->sq.lock);
+	iq->crc = got.crc;
+	iq->ext = got.ext;
+	iq->ird = qp->attr.max_dest_rd_atomic ? qp->attr.max_dest_rd_atomic : 1;
+	if (iq->ird > IW_IRD_ORD_MAX)
+		iq->ird = IW_IRD_ORD_MAX;
+	iq->ord = got.ird;
+	atomic_store(&iq->link, IW_LINK_UP);
+	pthread_spin_unlock(&qp->sq.lock);
+	sv_set_hint(qp->tx_kick, true);
+	sv_dbg("iwarp qp %u: connection to qp %u up (crc %d, ext %d)", iq->qpn, iq->peer_qpn,
+	       iq->crc, iq->ext);
+}
+
+/* --- progress --------------------------------------------------------------------------------- */
+
+/* rx_busy: what the completer learns from us, not from the peer. */
+static int local_answers(struct sv_qp *qp, struct iw_qp *iq)
+{
+	uint32_t msn = atomic_load(&iq->local_nak_msn), upto;
+	int n = 0;
+
+	if (msn) {
+		struct sv_hdr nak = { .op = SV_OP_NAK, .msn = msn, .status = iq->local_nak_status,
+				      .src_qpn = qp->attr.dest_qp_num };
+
+		upto = msn - 1; /* what went before it is complete */
+		if (upto && !sv_msn_le(upto, iq->acked_told) &&
+		    sv_msn_le(upto, atomic_load(&iq->tx_acked))) {
+			struct sv_hdr ack = { .op = SV_OP_ACK, .msn = upto,
+					      .src_qpn = qp->attr.dest_qp_num };
+
+			(void)sv_comp_deliver(qp, &ack, NULL);
+			iq->acked_told = upto;
+		}
+		atomic_store(&iq->local_nak_msn, 0);
+		(void)sv_comp_deliver(qp, &nak, NULL);
+		n++;
+	}
+	upto = iw_tx_ackable(iq);
+	if (upto) {
+		/* RFC 5040 §5.1: a Send or Write is complete once the LLP has it. */
+		struct sv_hdr ack = { .op = SV_OP_ACK, .msn = upto,
+				      .src_qpn = qp->attr.dest_qp_num };
+
+		if (sv_comp_deliver(qp, &ack, NULL) == SV_RX_CONSUMED) {
+			iq->acked_told = upto;
+			n++;
+		}
+	}
+	return n;
+}
+
+static int poll_qp(struct sv_qp *qp)
+{
+	struct iw_qp *iq = iw_of(qp);
+	int n = 0;
+
+	if (!sv_rx_trylock(qp))
+		return 0;
+	if (atomic_load(&iq->incoming) >= 0)
+		adopt(qp, iq);
+	if (atomic_load(&iq->link) == IW_LINK_DIALING)
+		dialing(qp, iq);
+	if (atomic_load(&iq->fatal)) {
+		atomic_store(&iq->fatal, false);
+		iw_link_down(iq, "the socket failed");
+	}
+	if (atomic_load(&iq->link) == IW_LINK_UP) {
+		if (iw_tx_pending(iq) && iw_tx_flush(iq) < 0)
+			iw_link_down(iq, "the socket failed");
+		sv_mr_place_begin(); /* a deregistration waits for what we place */
+		n += iw_rx_poll(iq, IW_BUDGET);
+		sv_mr_place_end();
+		sv_resp_flush(qp);
+	}
+	n += local_answers(qp, iq);
+	if (atomic_load(&iq->link) == IW_LINK_UP)
+		probe(qp, iq);
+	if (atomic_exchange(&iq->eof, false))
+		iw_link_closed(iq);
+	sv_rx_unlock(qp);
+	/* Answers the responder queued (Read Responses) and Terminates go now. */
+	if (iw_tx_pending(iq) && iw_tx_flush(iq) < 0)
+		atomic_store(&iq->fatal, true);
+	return n;
+}
+
+/* Whether anything waits that the next poll would move. */
+static bool has_work(struct iw_qp *iq)
+{
+	return atomic_load(&iq->fatal) || atomic_load(&iq->eof) || atomic_load(&iq->local_nak_msn) ||
+	       (atomic_load(&iq->incoming) >= 0 && atomic_load(&iq->link) == IW_LINK_EXPECTING) ||
+	       (iw_tx_pending(iq) && !atomic_load(&iq->tx_wants_out)) ||
+	       iw_tx_ackable(iq) != 0;
+}
+
+static bool arm(struct sv_qp *qp, bool assist)
+{
+	struct iw_qp *iq = iw_of(qp);
+	uint32_t link = atomic_load(&iq->link);
+	uint32_t events = EPOLLIN | EPOLLRDHUP;
+
+	(void)assist;
+	if (has_work(iq))
+		return false;
+	if (link != IW_LINK_UP && link != IW_LINK_DIALING)
+		return true; /* a connection handed to us kicks the engine */
+	if (iw_tx_pending(iq))
+		events |= EPOLLOUT;
+	atomic_store(&iq->armed, true);
+	if (sv_engine_rearm(iq->watch, events)) {
+		atomic_store(&iq->armed, false);
+		return false;
+	}
+	return true;
+}
+
+static void disarm(struct sv_qp *qp)
+{
+	atomic_store(&iw_of(qp)->armed, false);
+}
+
+static bool needs_timer(struct sv_qp *qp)
+{
+	struct iw_qp *iq = iw_of(qp);
+
+	return has_work(iq) || atomic_load(&iq->link) == IW_LINK_EXPECTING;
+}
+
+static int timers(struct sv_qp *qp)
+{
+	struct iw_qp *iq = iw_of(qp);
+
+	/* The port's holder may have gone: someone must answer it while we expect a peer. */
+	if (atomic_load(&iq->link) == IW_LINK_EXPECTING)
+		(void)iw_conn_port_ensure();
+	return 0;
+}
+
+static uint32_t bad_pkeys(struct sv_qp *qp)
+{
+	(void)qp;
+	return 0; /* P_Keys are InfiniBand's: an iWARP connection has none */
+}
+
+const struct sv_wire_ops sv_wire_iwarp = {
+	.name = "iwarp",
+	.caps = SV_WIRE_ACKED | SV_WIRE_ORDERED | SV_WIRE_ATOMICS | SV_WIRE_IMM,
+	.seg_min = IW_FPDU_PAYLOAD,
+	.qp_init = qp_init,
+	.qp_fini = qp_fini,
+	.publish = publish,
+	.connect = qp_connect,
+	.attach = attach,
+	.release = release,
+	.disconnect = disconnect,
+	.discard = discard,
+	.reach = reach,
+	.seg_max = seg_max,
+	.send = iw_tx_send,
+	.abandon = abandon,
+	.flush = flush,
+	.poll = poll_qp,
+	.arm = arm,
+	.disarm = disarm,
+	.needs_timer = needs_timer,
+	.timers = timers,
+	.bad_pkeys = bad_pkeys,
+};

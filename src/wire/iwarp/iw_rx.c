@@ -1,0 +1,630 @@
+/*
+ * The iWARP wire's receive engine: FPDUs from the TCP stream, split anywhere, each
+ * checked before a byte of it is placed, then handed to the core (requests to the
+ * responder, Read and Atomic Responses to the completer) in the core's neutral form.
+ *
+ * Headers and small payloads come through a staging buffer (one recv takes many small
+ * FPDUs); a payload is read from the socket straight into the memory the responder (or
+ * the completer) checked and chose, in the core's copy callback. An FPDU is delivered
+ * only once all its bytes are in (staged, or in the socket: FIONREAD), so that the copy
+ * never waits; its CRC is checked as its bytes pass.
+ */
+#include "wire/iwarp/iw_wire.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/sv_path.h"
+#include "util/sv_log.h"
+#include "wire/iwarp/iw_conn.h"
+
+void iw_rx_reset(struct iw_qp *iq)
+{
+	iq->st_off = iq->st_len = 0;
+	iq->rx_msn = 0;
+	for (int i = 0; i < IW_QN_MAX; i++)
+		iq->rx_ddp_msn[i] = 1;
+	iq->rx_mo = 0;
+	iq->rx_in_write = false;
+	iq->rx_write_bytes = 0;
+	iq->ird_head = iq->ird_tail = 0;
+	iq->mpa_len = 0;
+	iq->rx_last_op = 0;
+	iq->rx_last_hdr_len = 0;
+	atomic_store(&iq->eof, false);
+}
+
+/* The FPDU being delivered: where its bytes are, and its CRC so far. */
+struct iw_pl {
+	struct sv_payload p; /* first: the core's view */
+	struct iw_qp *iq;
+	uint32_t cursor;     /* stage offset of the next unconsumed byte */
+	uint32_t plen;       /* payload bytes */
+	uint32_t done;       /* payload bytes consumed */
+	uint32_t crc;
+	bool failed;         /* the socket failed under the copy */
+};
+
+static int sock_fd(struct iw_qp *iq)
+{
+	return atomic_load(&iq->fd);
+}
+
+/* Reads exactly @n bytes spread over @v from the socket, which holds them already
+ * (FIONREAD said so): bounded, should TCP hold back what it announced. */
+static bool read_all(int fd, struct iovec *v, int n_v, size_t n)
+{
+	while (n > 0) {
+		ssize_t r = readv(fd, v, n_v);
+
+		if (r == 0)
+			return false;
+		if (r < 0) {
+			struct pollfd p = { .fd = fd, .events = POLLIN };
+
+			if (errno == EINTR)
+				continue;
+			if ((errno != EAGAIN && errno != EWOULDBLOCK) || poll(&p, 1, 1000) <= 0)
+				return false;
+			continue;
+		}
+		n -= (size_t)r;
+		while (r > 0 && n_v > 0) {
+			if ((size_t)r >= v->iov_len) {
+				r -= (ssize_t)v->iov_len;
+				v++;
+				n_v--;
+			} else {
+				v->iov_base = (char *)v->iov_base + r;
+				v->iov_len -= (size_t)r;
+				r = 0;
+			}
+		}
+	}
+	return true;
+}
+
+/* Consumes @len payload bytes into @dst (NULL: discarded), staged ones first. */
+static bool take(struct iw_pl *pl, const struct iovec *dst, int n_dst, uint64_t len)
+{
+	struct iw_qp *iq = pl->iq;
+	uint64_t staged = iq->st_len - pl->cursor, off = 0;
+	unsigned char scratch[4096];
+	int i = 0;
+	size_t in = 0; /* bytes of dst[i] filled */
+
+	if (staged > len)
+		staged = len;
+	/* From the stage. */
+	while (off < staged) {
+		size_t k = staged - off;
+
+		if (dst) {
+			if (dst[i].iov_len - in < k)
+				k = dst[i].iov_len - in;
+			memcpy((char *)dst[i].iov_base + in, iq->stage + pl->cursor + off, k);
+		}
+		if (iq->crc)
+			pl->crc = iw_crc_update(pl->crc, iq->stage + pl->cursor + off, k);
+		off += k;
+		if (dst && (in += k) == dst[i].iov_len) {
+			i++;
+			in = 0;
+		}
+	}
+	pl->cursor += (uint32_t)staged;
+	/* The rest straight from the socket into its place. */
+	while (off < len) {
+		struct iovec v[SV_IOV_MAX];
+		int n = 0;
+		uint64_t want = 0;
+
+		if (dst) {
+			for (int j = i; j < n_dst && want < len - off && n < SV_IOV_MAX; j++) {
+				size_t k = dst[j].iov_len - (j == i ? in : 0);
+
+				if (k > len - off - want)
+					k = len - off - want;
+				v[n].iov_base = (char *)dst[j].iov_base + (j == i ? in : 0);
+				v[n].iov_len = k;
+				want += k;
+				n++;
+			}
+		} else {
+			want = len - off < sizeof(scratch) ? len - off : sizeof(scratch);
+			v[0] = (struct iovec){ scratch, want };
+			n = 1;
+		}
+		{
+			struct iovec c[SV_IOV_MAX];
+
+			memcpy(c, v, (size_t)n * sizeof(v[0]));
+			if (!read_all(sock_fd(iq), c, n, want)) {
+				pl->failed = true;
+				return false;
+			}
+		}
+		if (iq->crc)
+			for (int j = 0; j < n; j++)
+				pl->crc = iw_crc_update(pl->crc, v[j].iov_base, v[j].iov_len);
+		off += want;
+		if (dst) {
+			/* advance i/in past want bytes */
+			uint64_t w = want;
+
+			while (w > 0) {
+				size_t k = dst[i].iov_len - in;
+
+				if (k > w)
+					k = w;
+				in += k;
+				w -= k;
+				if (in == dst[i].iov_len) {
+					i++;
+					in = 0;
+				}
+			}
+		}
+	}
+	pl->done += (uint32_t)len;
+	return true;
+}
+
+/* The core's copy callback: the payload, in order, into where the core checked. */
+static enum ibv_wc_status copy(const struct sv_payload *p, uint64_t off, const struct iovec *dst,
+			       int n_dst, uint64_t len)
+{
+	struct iw_pl *pl = (struct iw_pl *)p;
+
+	/* A peer's header may claim more than its FPDU carries: never past it. */
+	if (off != pl->done || len > pl->plen - pl->done)
+		return IBV_WC_LOC_LEN_ERR;
+	return take(pl, dst, n_dst, len) ? IBV_WC_SUCCESS : IBV_WC_LOC_QP_OP_ERR;
+}
+
+/* Compacts the stage and reads what the socket has. >0: bytes; 0: nothing now; <0: the
+ * connection ended (-errno; 0 bytes read is -ECONNRESET). */
+static int refill(struct iw_qp *iq)
+{
+	ssize_t n;
+
+	if (iq->st_off) {
+		memmove(iq->stage, iq->stage + iq->st_off, iq->st_len - iq->st_off);
+		iq->st_len -= iq->st_off;
+		iq->st_off = 0;
+	}
+	if (iq->st_len == IW_STAGE)
+		return 0;
+	n = recv(sock_fd(iq), iq->stage + iq->st_len, IW_STAGE - iq->st_len, MSG_DONTWAIT);
+	if (n > 0) {
+		iq->st_len += (uint32_t)n;
+		return (int)n;
+	}
+	if (n == 0)
+		return -ECONNRESET; /* the end of the stream */
+	if (errno == ECONNRESET)
+		return -EPIPE;      /* reset: not a clean end */
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return 0;
+	return -errno;
+}
+
+/* Whether the whole FPDU (@need bytes from st_off) can be read without waiting. A
+ * connection found ended goes down (false). */
+static bool all_in(struct iw_qp *iq, uint32_t need)
+{
+	int q = 0, r;
+
+	if (iq->st_len - iq->st_off >= need)
+		return true;
+	if (need <= IW_STAGE) {
+		r = refill(iq);
+		if (r < 0) {
+			iw_link_down(iq, "the connection ended inside an FPDU");
+			return false;
+		}
+		return iq->st_len - iq->st_off >= need;
+	}
+	if (ioctl(sock_fd(iq), FIONREAD, &q) < 0)
+		return false;
+	return (uint64_t)(iq->st_len - iq->st_off) + (uint64_t)q >= need;
+}
+
+/* The peer broke the protocol: Terminate (@t, about the header at st_off of @hl bytes),
+ * and the QP enters Error. */
+static void violation(struct iw_qp *iq, struct iw_term t, uint32_t hl)
+{
+	uint32_t n = hl;
+
+	if (n > IW_TERM_MAX)
+		n = IW_TERM_MAX;
+	if (iq->st_len - iq->st_off < n)
+		n = iq->st_len - iq->st_off;
+	iw_tx_terminate(iq, &t, iq->stage + iq->st_off, n);
+	iw_link_down(iq, "protocol violation by the peer");
+}
+
+/* The async event and the completion status a Terminate from the peer means. */
+static void peer_terminated(struct iw_qp *iq, const struct iw_hdr *ih)
+{
+	struct sv_qp *qp = iq->qp;
+	bool prot = (ih->term_layer == IW_TERM_RDMAP && ih->term_etype == IW_ETYPE_RDMAP_REMOTE_PROT) ||
+		    (ih->term_layer == IW_TERM_DDP && ih->term_etype == IW_ETYPE_DDP_TAGGED);
+	uint32_t status = prot ? IBV_WC_REM_ACCESS_ERR :
+			  ih->term_layer == IW_TERM_DDP ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_REM_OP_ERR;
+	struct sv_hdr nak = { .op = SV_OP_NAK, .msn = iq->acked_told + 1, .status = status,
+			      .src_qpn = iq->peer_qpn };
+	struct sv_hdr term = { .op = SV_OP_TERMINATE, .src_qpn = iq->peer_qpn,
+			       .value = prot ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_FATAL };
+	struct iw_pl none = { .p.copy = copy, .iq = iq };
+
+	sv_dbg("iwarp qp %u: Terminate from the peer: layer %u type %u code 0x%02x", iq->qpn,
+	       ih->term_layer, ih->term_etype, ih->term_ecode);
+	/* The request the peer refused is the first we have not seen complete. */
+	(void)sv_comp_deliver(qp, &nak, &none.p);
+	(void)sv_resp_deliver(qp, &term, &none.p);
+	atomic_store(&iq->term_sent, true); /* RFC 5040 §5.5: the stream is done */
+	iw_link_down(iq, NULL);
+}
+
+/* The core's neutral header of a request FPDU, and the checks of its DDP queue. Returns
+ * false (after a Terminate) when the FPDU breaks the protocol. */
+static bool request_hdr(struct iw_qp *iq, const struct iw_hdr *ih, uint32_t hl, struct sv_hdr *h)
+{
+	*h = (struct sv_hdr){ .src_qpn = iq->peer_qpn, .dest_qpn = iq->qpn,
+			      .msn = iq->rx_msn + 1, .len = ih->payload_len };
+	if (!ih->tagged) {
+		/* RFC 5041 §5.4/§7: untagged: the queue's next MSN, in order (MO). */
+		if (ih->msn != iq->rx_ddp_msn[ih->qn]) {
+			violation(iq, (struct iw_term){ IW_TERM_DDP, IW_ETYPE_DDP_UNTAGGED,
+							IW_ECODE_DDP_U_INV_MSN_RANGE }, hl);
+			return false;
+		}
+		if (ih->mo != (ih->qn == IW_QN_SEND ? iq->rx_mo : 0)) {
+			violation(iq, (struct iw_term){ IW_TERM_DDP, IW_ETYPE_DDP_UNTAGGED,
+							IW_ECODE_DDP_U_INV_MO }, hl);
+			return false;
+		}
+	}
+	switch (ih->opcode) {
+	case IW_OP_WRITE:
+		h->op = SV_OP_WRITE;
+		h->flags = (iq->rx_in_write ? 0 : SV_F_FIRST) | (ih->last ? SV_F_LAST : 0);
+		h->rkey = ih->stag;
+		h->raddr = ih->to;
+		h->total = ih->payload_len; /* each FPDU is checked where it lands */
+		return true;
+	case IW_OP_SEND:
+	case IW_OP_SEND_INV:
+	case IW_OP_SEND_SE:
+	case IW_OP_SEND_SE_INV:
+		h->op = SV_OP_SEND;
+		h->flags = (ih->mo == 0 ? SV_F_FIRST : 0) | (ih->last ? SV_F_LAST : 0);
+		if (ih->opcode == IW_OP_SEND_SE || ih->opcode == IW_OP_SEND_SE_INV)
+			h->flags |= SV_F_SOLICITED;
+		if (ih->opcode == IW_OP_SEND_INV || ih->opcode == IW_OP_SEND_SE_INV)
+			h->rkey = ih->inv_stag;
+		h->offset = ih->mo;
+		h->total = (uint64_t)ih->mo + ih->payload_len;
+		return true;
+	case IW_OP_IMM:
+	case IW_OP_IMM_SE:
+		/* RFC 7306 §4.3: the immediate of the Write just before (if one was), as the
+		 * verbs' Write with Immediate reports it: the Write's length. */
+		h->op = SV_OP_WRITE;
+		h->flags = SV_F_FIRST | SV_F_LAST | SV_F_IMM | SV_F_PLACED |
+			   (ih->opcode == IW_OP_IMM_SE ? SV_F_SOLICITED : 0);
+		memcpy(&h->imm, &ih->imm, sizeof(h->imm));
+		h->total = iq->rx_write_bytes;
+		h->len = 0;
+		return true;
+	case IW_OP_READ_REQ: {
+		uint32_t out = iq->ird_tail - iq->ird_head;
+
+		/* RFC 6581 / RFC 5040 §6.5: at most IRD Read Requests outstanding. */
+		if (out + atomic_load(&iq->ird_unsent) >= iq->ird &&
+		    !(out && iq->irdq[(iq->ird_tail - 1) % IW_RDQ].msn == h->msn)) {
+			violation(iq, (struct iw_term){ IW_TERM_RDMAP, IW_ETYPE_RDMAP_REMOTE_OP,
+							IW_ECODE_RDMAP_STREAM_CATA }, hl);
+			return false;
+		}
+		if (!out || iq->irdq[(iq->ird_tail - 1) % IW_RDQ].msn != h->msn) {
+			iq->irdq[iq->ird_tail % IW_RDQ] = (struct iw_rd){
+				.msn = h->msn, .sink_stag = ih->sink_stag, .sink_to = ih->sink_to,
+				.size = ih->read_size };
+			iq->ird_tail++;
+		}
+		h->op = SV_OP_READ_REQ;
+		h->flags = SV_F_FIRST | SV_F_LAST;
+		h->rkey = ih->src_stag;
+		h->raddr = ih->src_to;
+		h->total = ih->read_size;
+		h->len = 0;
+		return true;
+	}
+	case IW_OP_ATOMIC_REQ: {
+		uint32_t out = iq->ird_tail - iq->ird_head;
+
+		if (out + atomic_load(&iq->ird_unsent) >= iq->ird &&
+		    !(out && iq->irdq[(iq->ird_tail - 1) % IW_RDQ].msn == h->msn)) {
+			violation(iq, (struct iw_term){ IW_TERM_RDMAP, IW_ETYPE_RDMAP_REMOTE_OP,
+							IW_ECODE_RDMAP_STREAM_CATA }, hl);
+			return false;
+		}
+		if (!out || iq->irdq[(iq->ird_tail - 1) % IW_RDQ].msn != h->msn) {
+			iq->irdq[iq->ird_tail % IW_RDQ] = (struct iw_rd){
+				.msn = h->msn, .req_id = ih->atomic_req_id, .size = 8 };
+			iq->ird_tail++;
+		}
+		h->op = SV_OP_ATOMIC;
+		h->flags = SV_F_FIRST | SV_F_LAST;
+		if (ih->atomic_op == IW_ATOMIC_CMP_SWAP) {
+			h->flags |= SV_F_CMP_SWP;
+			h->compare_add = ih->compare;
+			h->swap = ih->add_swap;
+		} else {
+			h->compare_add = ih->add_swap;
+		}
+		h->rkey = ih->atomic_stag;
+		h->raddr = ih->atomic_to;
+		h->total = 8;
+		h->len = 0;
+		return true;
+	}
+	default:
+		violation(iq, (struct iw_term){ IW_TERM_RDMAP, IW_ETYPE_RDMAP_REMOTE_OP,
+						IW_ECODE_RDMAP_INV_OPCODE }, hl);
+		return false;
+	}
+}
+
+/* After a request FPDU was consumed: the DDP queues move on. */
+static void request_done(struct iw_qp *iq, const struct iw_hdr *ih)
+{
+	iq->rx_msn++;
+	if (ih->opcode == IW_OP_WRITE) {
+		if (!iq->rx_in_write)
+			iq->rx_write_bytes = 0;
+		iq->rx_write_bytes += ih->payload_len;
+		iq->rx_in_write = !ih->last;
+		return;
+	}
+	if (!ih->tagged) {
+		if (ih->qn == IW_QN_SEND) {
+			iq->rx_mo = ih->last ? 0 : iq->rx_mo + ih->payload_len;
+		}
+		if (ih->last)
+			iq->rx_ddp_msn[ih->qn]++;
+	}
+	if (ih->opcode != IW_OP_IMM && ih->opcode != IW_OP_IMM_SE)
+		iq->rx_write_bytes = 0;
+}
+
+/* A Read or Atomic Response for the requester: it must answer what we asked, exactly
+ * where we asked it (RFC 5040 §4.5). */
+static bool answer_hdr(struct iw_qp *iq, const struct iw_hdr *ih, uint32_t hl, struct sv_hdr *h)
+{
+	_Atomic uint32_t *head = ih->opcode == IW_OP_READ_RESP ? &iq->rd_head : &iq->at_head;
+	_Atomic uint32_t *tail = ih->opcode == IW_OP_READ_RESP ? &iq->rd_tail : &iq->at_tail;
+	struct iw_rd *q = ih->opcode == IW_OP_READ_RESP ? iq->rdq : iq->atq, *rd;
+	uint32_t t = atomic_load_explicit(tail, memory_order_relaxed);
+
+	if (t == atomic_load_explicit(head, memory_order_acquire)) {
+		violation(iq, (struct iw_term){ IW_TERM_RDMAP, IW_ETYPE_RDMAP_REMOTE_OP,
+						IW_ECODE_RDMAP_INV_OPCODE }, hl);
+		return false;
+	}
+	rd = &q[t % IW_RDQ];
+	*h = (struct sv_hdr){ .src_qpn = iq->peer_qpn, .msn = rd->msn, .len = ih->payload_len };
+	if (ih->opcode == IW_OP_ATOMIC_RESP) {
+		/* RFC 7306: it names the request it answers; responses come in order. */
+		if (ih->atomic_req_id != rd->req_id || ih->msn != iq->rx_ddp_msn[IW_QN_ATOMIC_RESP]) {
+			violation(iq, (struct iw_term){ IW_TERM_DDP, IW_ETYPE_DDP_UNTAGGED,
+							IW_ECODE_DDP_U_INV_MSN_RANGE }, hl);
+			return false;
+		}
+		h->op = SV_OP_ATOMIC_RESP;
+		h->flags = SV_F_FIRST | SV_F_LAST;
+		h->value = ih->orig_value;
+		return true;
+	}
+	if (ih->stag != rd->sink_stag) {
+		violation(iq, (struct iw_term){ IW_TERM_DDP, IW_ETYPE_DDP_TAGGED,
+						IW_ECODE_DDP_T_INV_STAG }, hl);
+		return false;
+	}
+	if (ih->to != rd->sink_to + rd->got || rd->got + ih->payload_len > rd->size ||
+	    ih->last != (rd->got + ih->payload_len == rd->size)) {
+		violation(iq, (struct iw_term){ IW_TERM_DDP, IW_ETYPE_DDP_TAGGED,
+						IW_ECODE_DDP_T_BASE_BOUNDS }, hl);
+		return false;
+	}
+	h->op = SV_OP_READ_RESP;
+	h->flags = (rd->got ? 0 : SV_F_FIRST) | (ih->last ? SV_F_LAST : 0);
+	h->offset = rd->got;
+	h->total = rd->size;
+	return true;
+}
+
+static void answer_done(struct iw_qp *iq, const struct iw_hdr *ih)
+{
+	_Atomic uint32_t *tail = ih->opcode == IW_OP_READ_RESP ? &iq->rd_tail : &iq->at_tail;
+	struct iw_rd *q = ih->opcode == IW_OP_READ_RESP ? iq->rdq : iq->atq, *rd;
+	uint32_t t = atomic_load_explicit(tail, memory_order_relaxed);
+
+	if (ih->opcode == IW_OP_ATOMIC_RESP)
+		iq->rx_ddp_msn[IW_QN_ATOMIC_RESP]++;
+	rd = &q[t % IW_RDQ];
+	rd->got += ih->payload_len;
+	if (!ih->last)
+		return;
+	/* RFC 5040 §5.5: a Read is answered after the Writes before it are placed. */
+	if (ih->opcode == IW_OP_READ_RESP &&
+	    sv_msn_le(atomic_load(&iq->confirmed), rd->confirms))
+		atomic_store(&iq->confirmed, rd->confirms);
+	if (!rd->msn)
+		atomic_store(&iq->probing, false);
+	atomic_store_explicit(tail, t + 1, memory_order_release);
+}
+
+/* The rest of the FPDU after the core took what it wanted: payload it did not take,
+ * pad, and CRC (checked when negotiated: RFC 5044 §6). */
+static bool finish(struct iw_pl *pl, const struct iw_hdr *ih)
+{
+	struct iw_qp *iq = pl->iq;
+	uint32_t pad = iw_pad(ih->ulpdu_len);
+	unsigned char tail[8];
+	struct iovec v = { tail, pad + IW_CRC_BYTES };
+	uint32_t got, want;
+
+	if (pl->done < pl->plen && !take(pl, NULL, 0, pl->plen - pl->done))
+		return false;
+	/* pad and CRC: staged, or from the socket */
+	got = iq->st_len - pl->cursor;
+	if (got > pad + IW_CRC_BYTES)
+		got = pad + IW_CRC_BYTES;
+	memcpy(tail, iq->stage + pl->cursor, got);
+	pl->cursor += got;
+	if (got < pad + IW_CRC_BYTES) {
+		v.iov_base = tail + got;
+		v.iov_len = pad + IW_CRC_BYTES - got;
+		if (!read_all(sock_fd(iq), &v, 1, v.iov_len)) {
+			pl->failed = true;
+			return false;
+		}
+	}
+	iq->st_off = pl->cursor;
+	if (iq->st_off == iq->st_len)
+		iq->st_off = iq->st_len = 0;
+	if (!iq->crc)
+		return true;
+	want = iw_crc_final(iw_crc_update(pl->crc, tail, pad));
+	got = iw_crc_get(tail + pad);
+	if (got != want) {
+		struct iw_term t = { IW_TERM_LLP, IW_ETYPE_MPA, IW_ECODE_MPA_CRC };
+
+		sv_dbg("iwarp qp %u: bad CRC (0x%08x, should be 0x%08x)", iq->qpn, got, want);
+		iw_tx_terminate(iq, &t, NULL, 0);
+		iw_link_down(iq, "bad CRC");
+		return false;
+	}
+	return true;
+}
+
+/* One FPDU: 1 delivered, 0 nothing to do now (or held), -1 the connection went down. */
+static int rx_one(struct iw_qp *iq)
+{
+	struct sv_qp *qp = iq->qp;
+	struct iw_hdr ih;
+	struct iw_term term;
+	struct sv_hdr h;
+	uint32_t need;
+	int hl, r;
+	enum sv_rx res;
+
+	for (;;) {
+		hl = iw_hdr_decode(iq->stage + iq->st_off, iq->st_len - iq->st_off, iq->ext, &ih,
+				   &term);
+		if (hl != -EAGAIN)
+			break;
+		r = refill(iq);
+		if (r == -ECONNRESET && iq->st_len == iq->st_off) {
+			/* At an FPDU's boundary: the peer left (iw_link_closed, once what was
+			 * written is acknowledged). */
+			atomic_store(&iq->eof, true);
+			return -1;
+		}
+		if (r < 0) {
+			iw_link_down(iq, r == -ECONNRESET ? "the peer closed inside an FPDU"
+							   : "the connection failed");
+			return -1;
+		}
+		if (r == 0)
+			return 0;
+	}
+	if (hl < 0) {
+		violation(iq, term, IW_HDR_MIN);
+		return -1;
+	}
+	need = (uint32_t)hl + ih.payload_len + iw_pad(ih.ulpdu_len) + IW_CRC_BYTES;
+	if (!all_in(iq, need))
+		return 0;
+	if (ih.opcode == IW_OP_TERMINATE) {
+		peer_terminated(iq, &ih);
+		return -1;
+	}
+	{
+		struct iw_pl pl = { .p.copy = copy, .iq = iq, .cursor = iq->st_off + (uint32_t)hl,
+				    .plen = ih.payload_len };
+		bool request = ih.opcode != IW_OP_READ_RESP && ih.opcode != IW_OP_ATOMIC_RESP;
+
+		if (iq->crc)
+			pl.crc = iw_crc_update(iw_crc_init(), iq->stage + iq->st_off, (size_t)hl);
+		if (request ? !request_hdr(iq, &ih, (uint32_t)hl, &h)
+			    : !answer_hdr(iq, &ih, (uint32_t)hl, &h))
+			return -1;
+		if (request) {
+			iq->rx_last_op = ih.opcode;
+			iq->rx_last_hdr_len = (uint32_t)hl < IW_TERM_MAX ? (uint32_t)hl
+									 : IW_TERM_MAX;
+			memcpy(iq->rx_last_hdr, iq->stage + iq->st_off, iq->rx_last_hdr_len);
+			res = sv_resp_deliver(qp, &h, &pl.p);
+		} else if (h.msn) {
+			res = sv_comp_deliver(qp, &h, &pl.p);
+		} else {
+			res = SV_RX_CONSUMED; /* our own probe's answer (iw_tx_probe) */
+		}
+		if (res == SV_RX_HOLD) {
+			if (!pl.done)
+				return 0; /* delivered again at the next poll */
+			sv_err("iwarp qp %u: a held FPDU was partly consumed", iq->qpn);
+		}
+		if (!finish(&pl, &ih)) {
+			if (pl.failed)
+				iw_link_down(iq, "the connection failed");
+			return -1;
+		}
+		if (request)
+			request_done(iq, &ih);
+		else
+			answer_done(iq, &ih);
+	}
+	return 1;
+}
+
+int iw_rx_poll(struct iw_qp *iq, int budget)
+{
+	int n = 0;
+
+	while (n < budget && atomic_load(&iq->link) == IW_LINK_UP && !atomic_load(&iq->eof)) {
+		int r = rx_one(iq);
+
+		if (r <= 0)
+			break;
+		n++;
+	}
+	return n;
+}
+
+int iw_rx_reply(struct iw_qp *iq, struct iw_params *got)
+{
+	for (;;) {
+		int n = iw_conn_take_reply(iq->stage + iq->st_off, iq->st_len - iq->st_off, got);
+
+		if (n > 0) {
+			iq->st_off += (uint32_t)n; /* what follows is the peer's first FPDU */
+			if (iq->st_off == iq->st_len)
+				iq->st_off = iq->st_len = 0;
+			return 1;
+		}
+		if (n != -EAGAIN)
+			return n;
+		n = refill(iq);
+		if (n <= 0)
+			return n;
+	}
+}

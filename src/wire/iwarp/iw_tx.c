@@ -1,0 +1,561 @@
+/*
+ * The iWARP wire's transmit side: the core's segments and answers become FPDUs in a
+ * queue (header and CRC built here, the payload referenced where it lies: the
+ * application's registered memory, which stays put until the WR completes), and the
+ * queue goes to the socket with one sendmsg per batch, from whoever flushes once the
+ * core's locks are dropped (iw_tx_flush). A request is complete when the socket has
+ * taken its last byte: RFC 5040 §5.1 lets a Send or a Write complete once the LLP has
+ * it (TCP delivers it or the connection fails), so the requester's acknowledgement is
+ * made here, never sent by the peer.
+ */
+#include "wire/iwarp/iw_wire.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/sv_path.h"
+#include "util/sv_lock.h"
+#include "util/sv_log.h"
+
+enum { SINK_STAG = 0x5f000000u }; /* the STag our Read Requests name for their sink */
+
+void iw_tx_init(struct iw_qp *iq)
+{
+	pthread_spin_init(&iq->txq_lock, PTHREAD_PROCESS_PRIVATE);
+	atomic_flag_clear(&iq->tx_io);
+	iw_tx_reset(iq);
+}
+
+void iw_tx_reset(struct iw_qp *iq)
+{
+	atomic_store(&iq->tx_head, 0);
+	atomic_store(&iq->tx_tail, 0);
+	atomic_store(&iq->iov_head, 0);
+	atomic_store(&iq->iov_tail, 0);
+	iq->tx_part = 0;
+	atomic_store(&iq->tx_wants_out, false);
+	atomic_store(&iq->tx_acked, 0);
+	iq->acked_told = 0;
+	for (int i = 0; i < IW_QN_MAX; i++)
+		iq->tx_msn[i] = 1; /* RFC 5041 §5.3: each queue's first MSN is 1 */
+	atomic_store(&iq->term_sent, false);
+	atomic_store(&iq->rd_head, 0);
+	atomic_store(&iq->rd_tail, 0);
+	atomic_store(&iq->at_head, 0);
+	atomic_store(&iq->at_tail, 0);
+	atomic_store(&iq->ird_unsent, 0);
+	atomic_store(&iq->write_hi, 0);
+	atomic_store(&iq->confirmed, 0);
+	atomic_store(&iq->probing, false);
+}
+
+bool iw_tx_pending(const struct iw_qp *iq)
+{
+	return atomic_load_explicit(&iq->tx_head, memory_order_acquire) !=
+	       atomic_load_explicit(&iq->tx_tail, memory_order_acquire);
+}
+
+/* Pad and CRC of an FPDU whose header and payload are given (RFC 5044 §4.1, §6). */
+static void seal(struct iw_qp *iq, struct iw_txd *d, const struct iovec *iov, int n_iov,
+		 uint32_t len)
+{
+	uint32_t ulpdu = d->head_len - IW_MPA_LEN_BYTES + len, pad = iw_pad(ulpdu), crc = 0;
+
+	memset(d->tail, 0, pad);
+	if (iq->crc) {
+		crc = iw_crc_update(iw_crc_init(), d->head, d->head_len);
+		for (int i = 0; i < n_iov; i++)
+			crc = iw_crc_update(crc, iov[i].iov_base, iov[i].iov_len);
+		crc = iw_crc_final(iw_crc_update(crc, d->tail, pad));
+	}
+	/* RFC 5044 §4.1: the CRC field, 0 when CRC is off. */
+	iw_crc_put(d->tail + pad, crc);
+	d->tail_len = (uint8_t)(pad + IW_CRC_BYTES);
+}
+
+/*
+ * Queues one FPDU: @ih's header, payload @iov (@len bytes). -EAGAIN when the queue is full (nothing queued).
+ */
+static int put(struct iw_qp *iq, struct iw_hdr *ih, const struct iovec *iov, int n_iov,
+	       uint32_t len, uint32_t ack_msn, uint8_t flags)
+{
+	uint32_t head, ihead;
+	struct iw_txd *d;
+	int hl, n = 0;
+
+	ih->payload_len = len;
+	sv_spin_lock(&iq->txq_lock);
+	head = atomic_load_explicit(&iq->tx_head, memory_order_relaxed);
+	ihead = atomic_load_explicit(&iq->iov_head, memory_order_relaxed);
+	if (head - atomic_load_explicit(&iq->tx_tail, memory_order_acquire) >= IW_TXQ ||
+	    ihead - atomic_load_explicit(&iq->iov_tail, memory_order_acquire) + (uint32_t)n_iov >
+		    IW_TX_IOVS) {
+		pthread_spin_unlock(&iq->txq_lock);
+		return -EAGAIN;
+	}
+	d = &iq->txq[head % IW_TXQ];
+	hl = iw_hdr_encode(d->head, ih);
+	if (hl < 0) {
+		pthread_spin_unlock(&iq->txq_lock);
+		sv_err("iwarp qp %u: cannot encode %s (%u bytes)", iq->qpn, iw_op_name(ih->opcode),
+		       len);
+		return 0; /* a bug of ours: dropped, the QP's peer will terminate */
+	}
+	d->head_len = (uint16_t)hl;
+	for (int i = 0; i < n_iov; i++) {
+		if (!iov[i].iov_len)
+			continue;
+		iq->iovs[(ihead + (uint32_t)n) % IW_TX_IOVS] = iov[i];
+		n++;
+	}
+	d->iov_first = ihead;
+	d->n_iov = (uint32_t)n;
+	d->ack_msn = ack_msn;
+	d->flags = flags;
+	seal(iq, d, iov, n_iov, len);
+	atomic_store_explicit(&iq->iov_head, ihead + (uint32_t)n, memory_order_release);
+	atomic_store_explicit(&iq->tx_head, head + 1, memory_order_release);
+	pthread_spin_unlock(&iq->txq_lock);
+	return 0;
+}
+
+void iw_tx_terminate(struct iw_qp *iq, const struct iw_term *t, const void *bad, size_t bad_len)
+{
+	uint32_t head;
+	struct iw_txd *d;
+	int len;
+
+	if (atomic_exchange(&iq->term_sent, true))
+		return; /* one Terminate per connection: nothing follows it */
+	sv_dbg("iwarp qp %u: Terminate layer %u type %u code 0x%02x", iq->qpn, t->layer, t->etype,
+	       t->ecode);
+	sv_spin_lock(&iq->txq_lock);
+	head = atomic_load_explicit(&iq->tx_head, memory_order_relaxed);
+	if (head - atomic_load_explicit(&iq->tx_tail, memory_order_acquire) >= IW_TXQ) {
+		pthread_spin_unlock(&iq->txq_lock);
+		return; /* best effort: the connection ends anyway */
+	}
+	d = &iq->txq[head % IW_TXQ];
+	/* RFC 5040 §4.8: with the start of the offending FPDU, when there is one. */
+	len = iw_term_encode(d->head, sizeof(d->head), t, bad, bad_len);
+	if (len < 0)
+		len = iw_term_encode(d->head, sizeof(d->head), t, NULL, 0);
+	if (len < 0) {
+		pthread_spin_unlock(&iq->txq_lock);
+		return;
+	}
+	d->head_len = (uint16_t)len;
+	d->iov_first = atomic_load_explicit(&iq->iov_head, memory_order_relaxed);
+	d->n_iov = 0;
+	d->ack_msn = 0;
+	d->flags = IW_TXD_TERM;
+	seal(iq, d, NULL, 0, 0);
+	atomic_store_explicit(&iq->tx_head, head + 1, memory_order_release);
+	pthread_spin_unlock(&iq->txq_lock);
+}
+
+/* The Terminate for a request our responder refused with @status (the core's NAK), as
+ * RFC 5040 §7 and siw word it for the request's kind. */
+static struct iw_term nak_term(uint32_t status, uint8_t op)
+{
+	bool tagged = op == IW_OP_WRITE;
+
+	switch (status) {
+	case IBV_WC_REM_ACCESS_ERR:
+		if (tagged)
+			return (struct iw_term){ IW_TERM_DDP, IW_ETYPE_DDP_TAGGED,
+						 IW_ECODE_DDP_T_INV_STAG };
+		return (struct iw_term){ IW_TERM_RDMAP, IW_ETYPE_RDMAP_REMOTE_PROT,
+					 IW_ECODE_RDMAP_INV_STAG };
+	case IBV_WC_REM_INV_REQ_ERR:
+		if (op == IW_OP_SEND || op == IW_OP_SEND_INV || op == IW_OP_SEND_SE ||
+		    op == IW_OP_SEND_SE_INV)
+			return (struct iw_term){ IW_TERM_DDP, IW_ETYPE_DDP_UNTAGGED,
+						 IW_ECODE_DDP_U_TOO_LONG };
+		return (struct iw_term){ IW_TERM_RDMAP, IW_ETYPE_RDMAP_REMOTE_OP,
+					 IW_ECODE_RDMAP_INV_OPCODE };
+	default:
+		return (struct iw_term){ IW_TERM_RDMAP, IW_ETYPE_RDMAP_REMOTE_OP,
+					 IW_ECODE_RDMAP_UNSPECIFIED };
+	}
+}
+
+/* A request that this connection cannot carry (RFC 7306 not negotiated, or no iWARP
+ * form): it fails locally (the completer hears of it from the next poll). */
+static int refuse_local(struct iw_qp *iq, const struct sv_hdr *h)
+{
+	sv_dbg("iwarp qp %u: %s not possible on this connection", iq->qpn,
+	       h->op == SV_OP_ATOMIC ? "atomic" : "immediate data");
+	if (!atomic_load(&iq->local_nak_msn)) {
+		iq->local_nak_status = IBV_WC_LOC_QP_OP_ERR;
+		atomic_store(&iq->local_nak_msn, h->msn);
+	}
+	return 0;
+}
+
+static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iovec *iov,
+		      int n_iov)
+{
+	struct iw_hdr ih = { .last = (h->flags & SV_F_LAST) != 0 };
+	uint32_t n;
+	int err;
+
+	switch (h->op) {
+	case SV_OP_SEND:
+		if (h->flags & SV_F_IMM)
+			return refuse_local(iq, h); /* no Send with Immediate in RFC 7306 */
+		if (h->rkey)
+			ih.opcode = h->flags & SV_F_SOLICITED ? IW_OP_SEND_SE_INV : IW_OP_SEND_INV;
+		else
+			ih.opcode = h->flags & SV_F_SOLICITED ? IW_OP_SEND_SE : IW_OP_SEND;
+		ih.inv_stag = h->rkey;
+		ih.qn = IW_QN_SEND;
+		ih.msn = iq->tx_msn[IW_QN_SEND];
+		ih.mo = (uint32_t)h->offset;
+		err = put(iq, &ih, iov, n_iov, h->len, h->msn, IW_TXD_REQ);
+		if (!err && ih.last)
+			iq->tx_msn[IW_QN_SEND]++;
+		return err;
+	case SV_OP_WRITE:
+		if ((h->flags & SV_F_LAST) && (h->flags & SV_F_IMM) && !iq->ext)
+			return refuse_local(iq, h);
+		/* A Write with Immediate is the Write, then an Immediate Data message (RFC 7306
+		 * §4.3): room for both, or neither. */
+		if ((h->flags & SV_F_LAST) && (h->flags & SV_F_IMM) &&
+		    atomic_load(&iq->tx_head) - atomic_load(&iq->tx_tail) >= IW_TXQ - 1)
+			return -EAGAIN;
+		ih.opcode = IW_OP_WRITE;
+		ih.stag = h->rkey;
+		ih.to = h->raddr + h->offset;
+		err = put(iq, &ih, iov, n_iov, h->len,
+			  (h->flags & SV_F_IMM) && ih.last ? 0 : h->msn, IW_TXD_REQ);
+		if (!err && ih.last)
+			atomic_store(&iq->write_hi, h->msn);
+		if (err || !((h->flags & SV_F_LAST) && (h->flags & SV_F_IMM)))
+			return err;
+		ih = (struct iw_hdr){ .opcode = h->flags & SV_F_SOLICITED ? IW_OP_IMM_SE : IW_OP_IMM,
+				      .last = true, .qn = IW_QN_SEND,
+				      .msn = iq->tx_msn[IW_QN_SEND], .mo = 0 };
+		/* The 4 bytes of a verbs immediate, first of the 8 (network order as given). */
+		memcpy(&ih.imm, &h->imm, sizeof(h->imm));
+		err = put(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ);
+		if (!err)
+			iq->tx_msn[IW_QN_SEND]++;
+		return err;
+	case SV_OP_READ_REQ: {
+		uint32_t head = atomic_load_explicit(&iq->rd_head, memory_order_relaxed);
+
+		if (head - atomic_load_explicit(&iq->rd_tail, memory_order_acquire) >= IW_RDQ ||
+		    h->total > UINT32_MAX)
+			return -EAGAIN;
+		ih.opcode = IW_OP_READ_REQ;
+		ih.last = true;
+		ih.qn = IW_QN_READ_REQ;
+		ih.msn = iq->tx_msn[IW_QN_READ_REQ];
+		ih.sink_stag = SINK_STAG | (h->msn & 0xffffff);
+		ih.sink_to = 0;
+		ih.read_size = (uint32_t)h->total;
+		ih.src_stag = h->rkey;
+		ih.src_to = h->raddr;
+		iq->rdq[head % IW_RDQ] = (struct iw_rd){ .msn = h->msn, .sink_stag = ih.sink_stag,
+							 .size = h->total,
+							 .confirms = atomic_load(&iq->write_hi) };
+		err = put(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ);
+		if (!err) {
+			iq->tx_msn[IW_QN_READ_REQ]++;
+			atomic_store_explicit(&iq->rd_head, head + 1, memory_order_release);
+		}
+		return err;
+	}
+	case SV_OP_ATOMIC: {
+		uint32_t head = atomic_load_explicit(&iq->at_head, memory_order_relaxed);
+
+		if (!iq->ext)
+			return refuse_local(iq, h);
+		if (head - atomic_load_explicit(&iq->at_tail, memory_order_acquire) >= IW_RDQ)
+			return -EAGAIN;
+		ih.opcode = IW_OP_ATOMIC_REQ;
+		ih.last = true;
+		ih.qn = IW_QN_ATOMIC_REQ;
+		ih.msn = iq->tx_msn[IW_QN_ATOMIC_REQ];
+		ih.atomic_op = h->flags & SV_F_CMP_SWP ? IW_ATOMIC_CMP_SWAP : IW_ATOMIC_FETCH_ADD;
+		ih.atomic_req_id = ih.msn; /* the response names it */
+		ih.atomic_stag = h->rkey;
+		ih.atomic_to = h->raddr;
+		if (h->flags & SV_F_CMP_SWP) {
+			ih.add_swap = h->swap;
+			ih.compare = h->compare_add;
+			ih.add_swap_mask = ih.compare_mask = UINT64_MAX;
+		} else {
+			ih.add_swap = h->compare_add;
+			ih.add_swap_mask = UINT64_MAX;
+		}
+		iq->atq[head % IW_RDQ] = (struct iw_rd){ .msn = h->msn, .size = 8,
+							 .req_id = ih.atomic_req_id };
+		err = put(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ);
+		if (!err) {
+			iq->tx_msn[IW_QN_ATOMIC_REQ]++;
+			atomic_store_explicit(&iq->at_head, head + 1, memory_order_release);
+		}
+		return err;
+	}
+	case SV_OP_TERMINATE: {
+		struct iw_term t = nak_term((uint32_t)h->status, IW_OP_WRITE);
+
+		iw_tx_terminate(iq, &t, NULL, 0);
+		return 0;
+	}
+	default:
+		n = h->op;
+		sv_err("iwarp qp %u: no FPDU for request op %u", iq->qpn, n);
+		return 0;
+	}
+}
+
+/* The responder's answers: only Read and Atomic Responses exist on the wire; a NAK is a
+ * Terminate; acknowledgements and RNR NAKs are not sent (TCP carries the one, and a Send
+ * that finds no receive waits in the socket: the sender feels TCP's flow control, as an
+ * RNR NAK with retries for ever would make it wait). */
+static int tx_answer(struct iw_qp *iq, const struct sv_hdr *h, const struct iovec *iov,
+		     int n_iov)
+{
+	struct iw_hdr ih = { .last = (h->flags & SV_F_LAST) != 0 };
+	struct iw_rd *rd;
+	int err;
+
+	switch (h->op) {
+	case SV_OP_ACK:
+	case SV_OP_RNR:
+		return 0;
+	case SV_OP_NAK: {
+		struct iw_term t = nak_term(h->status, iq->rx_last_op);
+
+		iw_tx_terminate(iq, &t, iq->rx_last_hdr, iq->rx_last_hdr_len);
+		return 0;
+	}
+	case SV_OP_READ_RESP:
+		if (iq->ird_head == iq->ird_tail || iq->irdq[iq->ird_head % IW_RDQ].msn != h->msn)
+			return 0; /* answers no Read Request of the peer's (reset meanwhile) */
+		rd = &iq->irdq[iq->ird_head % IW_RDQ];
+		ih.opcode = IW_OP_READ_RESP;
+		ih.stag = rd->sink_stag;
+		ih.to = rd->sink_to + h->offset;
+		err = put(iq, &ih, iov, n_iov, h->len, 0,
+			  ih.last ? IW_TXD_READ_DONE : 0);
+		if (!err && ih.last) {
+			atomic_fetch_add(&iq->ird_unsent, 1);
+			iq->ird_head++;
+		}
+		return err;
+	case SV_OP_ATOMIC_RESP:
+		if (iq->ird_head == iq->ird_tail || iq->irdq[iq->ird_head % IW_RDQ].msn != h->msn)
+			return 0;
+		rd = &iq->irdq[iq->ird_head % IW_RDQ];
+		ih.opcode = IW_OP_ATOMIC_RESP;
+		ih.last = true;
+		ih.qn = IW_QN_ATOMIC_RESP;
+		ih.msn = iq->tx_msn[IW_QN_ATOMIC_RESP];
+		ih.mo = 0;
+		ih.atomic_req_id = rd->req_id;
+		ih.orig_value = h->value;
+		err = put(iq, &ih, NULL, 0, 0, 0, IW_TXD_READ_DONE);
+		if (!err) {
+			iq->tx_msn[IW_QN_ATOMIC_RESP]++;
+			atomic_fetch_add(&iq->ird_unsent, 1);
+			iq->ird_head++;
+		}
+		return err;
+	default:
+		return 0;
+	}
+}
+
+int iw_tx_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, int n_iov)
+{
+	struct iw_qp *iq = iw_of(qp);
+
+	/* Nothing follows a Terminate; a connection not up carries nothing (the QP is on
+	 * its way to Error, or transmit waits for reach). */
+	if (atomic_load(&iq->term_sent) || atomic_load(&iq->link) != IW_LINK_UP)
+		return 0;
+	return h->op < SV_OP_REQ_MAX ? tx_request(iq, h, iov, n_iov) : tx_answer(iq, h, iov, n_iov);
+}
+
+/* The requester's Reads (or atomics): the core msn of the first still waiting for its
+ * response (our own probes, msn 0, are not the core's). */
+static bool first_waiting(_Atomic uint32_t *head, _Atomic uint32_t *tail, const struct iw_rd *q,
+			  uint32_t *msn)
+{
+	uint32_t h = atomic_load_explicit(head, memory_order_acquire);
+
+	for (uint32_t t = atomic_load_explicit(tail, memory_order_relaxed); t != h; t++) {
+		if (q[t % IW_RDQ].msn) {
+			*msn = q[t % IW_RDQ].msn;
+			return true;
+		}
+	}
+	return false;
+}
+
+uint32_t iw_tx_ackable(struct iw_qp *iq)
+{
+	uint32_t upto = atomic_load_explicit(&iq->tx_acked, memory_order_acquire), m;
+	uint32_t confirmed = atomic_load_explicit(&iq->confirmed, memory_order_acquire);
+
+	if (first_waiting(&iq->rd_head, &iq->rd_tail, iq->rdq, &m) && sv_msn_le(m, upto))
+		upto = m - 1;
+	if (first_waiting(&iq->at_head, &iq->at_tail, iq->atq, &m) && sv_msn_le(m, upto))
+		upto = m - 1;
+	/* A WRITE completes once it is placed, as on InfiniBand (and what follows it, in
+	 * order): a connection that cannot ask (no ORD) completes it once sent. */
+	if (iq->ord && !sv_msn_le(atomic_load(&iq->write_hi), confirmed) &&
+	    sv_msn_le(confirmed, upto))
+		upto = confirmed;
+	if (!upto || upto == iq->acked_told || sv_msn_le(upto, iq->acked_told))
+		return 0;
+	return upto;
+}
+
+void iw_tx_probe(struct iw_qp *iq)
+{
+	uint32_t head = atomic_load_explicit(&iq->rd_head, memory_order_relaxed), out;
+	struct iw_hdr ih = { .opcode = IW_OP_READ_REQ, .last = true, .qn = IW_QN_READ_REQ,
+			     .sink_stag = SINK_STAG, .src_stag = 0 };
+
+	if (!iq->ord || sv_msn_le(atomic_load(&iq->write_hi), atomic_load(&iq->confirmed)) ||
+	    atomic_load(&iq->probing) || atomic_load(&iq->link) != IW_LINK_UP ||
+	    atomic_load(&iq->term_sent))
+		return;
+	/* Our Read counts against the peer's IRD like the application's (RFC 6581). */
+	out = head - atomic_load_explicit(&iq->rd_tail, memory_order_acquire) +
+	      atomic_load(&iq->at_head) - atomic_load(&iq->at_tail);
+	if (out >= iq->ord || out >= IW_RDQ)
+		return; /* a Read already out will tell, when it comes back */
+	ih.msn = iq->tx_msn[IW_QN_READ_REQ];
+	iq->rdq[head % IW_RDQ] = (struct iw_rd){ .msn = 0, .sink_stag = SINK_STAG, .size = 0,
+						 .confirms = atomic_load(&iq->write_hi) };
+	if (put(iq, &ih, NULL, 0, 0, 0, 0))
+		return;
+	iq->tx_msn[IW_QN_READ_REQ]++;
+	atomic_store(&iq->probing, true);
+	atomic_store_explicit(&iq->rd_head, head + 1, memory_order_release);
+}
+
+enum { FLUSH_IOVS = 256 };
+
+/* The next batch as iovecs, skipping what was written of the first. */
+static int gather(struct iw_qp *iq, uint32_t tail, uint32_t head, struct iovec *v, size_t *bytes)
+{
+	int n = 0;
+	size_t skip = iq->tx_part;
+
+	*bytes = 0;
+	for (uint32_t i = tail; i != head && n + 2 + 64 <= FLUSH_IOVS; i++) {
+		struct iw_txd *d = &iq->txq[i % IW_TXQ];
+		struct iovec piece[3 + 64];
+		int k = 0;
+
+		if (d->n_iov > 64 && n)
+			break;
+		piece[k++] = (struct iovec){ d->head, d->head_len };
+		for (uint32_t j = 0; j < d->n_iov && k < 65; j++)
+			piece[k++] = iq->iovs[(d->iov_first + j) % IW_TX_IOVS];
+		piece[k++] = (struct iovec){ d->tail, d->tail_len };
+		for (int j = 0; j < k; j++) {
+			if (skip >= piece[j].iov_len) {
+				skip -= piece[j].iov_len;
+				continue;
+			}
+			v[n].iov_base = (char *)piece[j].iov_base + skip;
+			v[n].iov_len = piece[j].iov_len - skip;
+			*bytes += v[n].iov_len;
+			skip = 0;
+			n++;
+		}
+	}
+	return n;
+}
+
+static size_t txd_len(const struct iw_qp *iq, const struct iw_txd *d)
+{
+	size_t len = d->head_len + d->tail_len;
+
+	for (uint32_t j = 0; j < d->n_iov; j++)
+		len += iq->iovs[(d->iov_first + j) % IW_TX_IOVS].iov_len;
+	return len;
+}
+
+/* @n bytes went: the FPDUs they finish are done (local acknowledgements, IRD). */
+static void advance(struct iw_qp *iq, size_t n)
+{
+	uint32_t tail = atomic_load_explicit(&iq->tx_tail, memory_order_relaxed);
+
+	n += iq->tx_part;
+	for (;;) {
+		struct iw_txd *d = &iq->txq[tail % IW_TXQ];
+		size_t len = txd_len(iq, d);
+
+		if (n < len)
+			break;
+		n -= len;
+		if (d->ack_msn)
+			atomic_store_explicit(&iq->tx_acked, d->ack_msn, memory_order_release);
+		if (d->flags & IW_TXD_READ_DONE)
+			atomic_fetch_sub(&iq->ird_unsent, 1);
+		atomic_store_explicit(&iq->iov_tail, d->iov_first + d->n_iov, memory_order_release);
+		tail++;
+		atomic_store_explicit(&iq->tx_tail, tail, memory_order_release);
+		if (tail == atomic_load_explicit(&iq->tx_head, memory_order_acquire))
+			break;
+	}
+	iq->tx_part = (uint32_t)n;
+}
+
+int iw_tx_flush(struct iw_qp *iq)
+{
+	int fd = atomic_load(&iq->fd), total = 0;
+
+	if (fd < 0)
+		return 0;
+	for (;;) {
+		struct iovec v[FLUSH_IOVS];
+		struct msghdr msg = { .msg_iov = v };
+		uint32_t tail, head;
+		size_t bytes;
+		ssize_t n;
+
+		if (atomic_flag_test_and_set_explicit(&iq->tx_io, memory_order_acquire))
+			return total; /* the writer there writes what we queued */
+		tail = atomic_load_explicit(&iq->tx_tail, memory_order_relaxed);
+		head = atomic_load_explicit(&iq->tx_head, memory_order_acquire);
+		if (tail == head) {
+			atomic_flag_clear_explicit(&iq->tx_io, memory_order_release);
+			/* Queued after we looked, while we held the writer's role? */
+			if (atomic_load_explicit(&iq->tx_head, memory_order_acquire) == tail)
+				return total;
+			continue;
+		}
+		msg.msg_iovlen = (size_t)gather(iq, tail, head, v, &bytes);
+		n = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0) {
+			int err = errno;
+
+			atomic_flag_clear_explicit(&iq->tx_io, memory_order_release);
+			if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) {
+				atomic_store(&iq->tx_wants_out, true);
+				return total;
+			}
+			return -err;
+		}
+		advance(iq, (size_t)n);
+		atomic_flag_clear_explicit(&iq->tx_io, memory_order_release);
+		total += (int)n;
+		if ((size_t)n < bytes) {
+			atomic_store(&iq->tx_wants_out, true); /* the socket is full */
+			return total;
+		}
+		atomic_store(&iq->tx_wants_out, false);
+	}
+}

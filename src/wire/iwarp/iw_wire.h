@@ -1,0 +1,194 @@
+/*
+ * The iWARP wire: RDMA between hosts over TCP, as RFC 5040 (RDMAP), RFC 5041 (DDP) and
+ * RFC 5044 (MPA) with RFC 6581 and RFC 7306 specify it (docs/architecture.md, "The
+ * iWARP wire").
+ *
+ * One TCP connection per connected QP. The core's segments are FPDUs one to one: the
+ * requester's segment of a Send or a Write is one FPDU, each answer of the responder is
+ * one (a Read Response segment) or none (iWARP has no acknowledgements).
+ *
+ *   iw_qp.c    the ops table's QP side: QPNs, the connection's life (dial, expect,
+ *              adopt, drop), reach, arm, timers
+ *   iw_tx.c    the transmit queue: the core's segments and answers as FPDUs, written
+ *              to the socket with one sendmsg after the core's lock is dropped; the
+ *              local acknowledgements (a message is complete once TCP has it)
+ *   iw_link.c  the connection's states, and its end
+ *   iw_rx.c    the receive engine: FPDUs from the socket, checked, placed through the
+ *              core (payload read straight into the target memory), Terminate
+ *
+ * Locks (below the core's: docs/architecture.md has the order): txq_lock (a spinlock:
+ * the queue's producers, the requester under sq.lock and the responder under rx_busy)
+ * and tx_io (one writer to the socket at a time; never waited for: a busy writer is
+ * left to write what was queued).
+ */
+#ifndef IW_WIRE_H
+#define IW_WIRE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "core/sv_obj.h"
+#include "core/sv_wire.h"
+#include "wire/iwarp/iw_proto.h"
+
+extern const struct sv_wire_ops sv_wire_iwarp;
+
+enum {
+	IW_TXQ = 512,       /* FPDUs queued per connection */
+	IW_TX_IOVS = 2048,  /* their payload pieces */
+	IW_STAGE = 4096,    /* receive staging: headers and small payloads */
+	IW_RDQ = 256,       /* Read Requests and atomics outstanding, each way */
+	IW_FPDU_PAYLOAD = 65472, /* the largest payload of one FPDU between softverbs hosts */
+	IW_TERM_MAX = IW_TERM_HDRS_MAX, /* a Terminate's payload: the offending FPDU's start */
+};
+
+/* The connection's state (iw_link_name[]). */
+enum iw_link {
+	IW_LINK_NONE,      /* no connection (RESET, or before RTR) */
+	IW_LINK_DIALING,   /* we connected and sent the MPA request; the reply is awaited */
+	IW_LINK_EXPECTING, /* the peer connects to us (the lower QPN, or the GID order) */
+	IW_LINK_UP,        /* FPDUs flow */
+	IW_LINK_DOWN,      /* closed, reset or terminated: nothing more goes or comes */
+};
+extern const char *const iw_link_name[];
+
+/* One FPDU waiting for the socket: header, payload pieces (in the iov ring), pad + CRC. */
+struct iw_txd {
+	uint8_t head[IW_HDR_UNTAGGED + 4 + IW_TERM_HDRS_MAX > IW_HDR_MAX ?
+			     IW_HDR_UNTAGGED + 4 + IW_TERM_HDRS_MAX : IW_HDR_MAX];
+	uint8_t tail[8];     /* pad (0-3 zero bytes) and CRC */
+	uint16_t head_len;
+	uint8_t tail_len;
+	uint8_t flags;       /* IW_TXD_* */
+	uint32_t iov_first;  /* its payload: iovs[iov_first .. + n_iov) of the ring */
+	uint32_t n_iov;
+	uint32_t ack_msn;    /* a request: complete (locally acknowledged) once written */
+};
+enum { IW_TXD_REQ = 1, IW_TXD_READ_DONE = 2, IW_TXD_TERM = 4 };
+
+/* A Read Request (or atomic) outstanding: the requester's, or the responder's (IRD). */
+struct iw_rd {
+	uint32_t msn;        /* the core's msn of the request */
+	uint32_t sink_stag;  /* where the responses go (requester: ours; responder: theirs) */
+	uint64_t sink_to;
+	uint64_t size;       /* bytes asked */
+	uint64_t got;        /* requester: bytes of response received */
+	uint32_t req_id;     /* an atomic's: the request's DDP MSN, which its response names */
+	uint32_t confirms;   /* requester: the last WRITE queued before it (its response
+			      * proves that WRITE placed: RFC 5040 §5.5, Reads after Writes) */
+};
+
+struct iw_qp {
+	struct sv_qp *qp;
+	uint32_t qpn;
+
+	/* the connection: written under rx_busy and sq.lock, read under either */
+	_Atomic int fd;               /* -1: none */
+	uint64_t watch;               /* the engine's one-shot watch of fd (0: none) */
+	_Atomic uint32_t link;        /* enum iw_link */
+	uint32_t peer_qpn;            /* the QP at the other end */
+	bool crc;                     /* MPA CRC negotiated */
+	bool ext;                     /* RFC 7306 negotiated */
+	uint16_t ird, ord;            /* negotiated */
+	uint64_t deadline;            /* ns: DIALING/EXPECTING give up then (0: none) */
+	_Atomic int incoming;         /* an accepted connection handed to us (fd, or -1) */
+	struct iw_params_in {         /* ... and what its MPA request said */
+		uint32_t src_qpn;
+		uint16_t ird, ord;
+		bool crc, ext;
+	} incoming_params;
+	_Atomic bool fatal;           /* the connection broke: the QP is to enter Error */
+	_Atomic bool eof;             /* the peer closed it cleanly (iw_link_closed) */
+	_Atomic bool armed;
+
+	/* transmit (iw_tx.c) */
+	pthread_spinlock_t txq_lock;  /* guards tx_head and iov_head (the producers) */
+	atomic_flag tx_io;            /* the writer */
+	_Atomic uint32_t tx_head, tx_tail;
+	_Atomic uint32_t iov_head, iov_tail;
+	uint32_t tx_part;             /* bytes of the FPDU at tx_tail written (the writer's) */
+	_Atomic bool tx_wants_out;    /* the socket was full: wait for EPOLLOUT */
+	_Atomic uint32_t tx_acked;    /* msn of the last request the socket took */
+	_Atomic uint32_t write_hi;    /* msn of the last WRITE queued (written under sq.lock) */
+	_Atomic uint32_t confirmed;   /* WRITEs up to this msn are placed at the peer (a
+				       * Read Response after them came back) */
+	_Atomic bool probing;         /* our zero-length Read that confirms them is out */
+	uint32_t acked_told;          /* rx_busy: the last local acknowledgement delivered */
+	uint32_t tx_msn[IW_QN_MAX];   /* sq.lock (QN 0, 1, 3) / rx_busy (QN 4): the next DDP
+				       * MSN of each untagged queue */
+	_Atomic bool term_sent;       /* a Terminate went out: nothing follows it */
+	_Atomic uint32_t local_nak_msn; /* a request this connection cannot carry (0: none)... */
+	uint32_t local_nak_status;    /* ... fails with this status (delivered by the poll) */
+	struct iw_txd txq[IW_TXQ];
+	struct iovec iovs[IW_TX_IOVS];
+	/* the requester's outstanding Reads and atomics: produced under sq.lock, consumed
+	 * under rx_busy (one each) */
+	_Atomic uint32_t rd_head, rd_tail, at_head, at_tail;
+	struct iw_rd rdq[IW_RDQ], atq[IW_RDQ];
+
+	/* receive (iw_rx.c), under rx_busy */
+	uint8_t stage[IW_STAGE + 8];
+	uint32_t st_off, st_len;      /* staged bytes [st_off, st_len) */
+	uint32_t rx_msn;              /* the core msn given to the last request delivered */
+	uint32_t rx_ddp_msn[IW_QN_MAX]; /* the next DDP MSN expected on each queue */
+	uint32_t rx_mo;               /* the next message offset expected on queue 0 */
+	bool rx_in_write;             /* a tagged Write message is under way */
+	uint64_t rx_write_bytes;      /* ... its bytes so far (an Immediate Data after it
+				       * reports them) */
+	uint32_t ird_head, ird_tail;  /* the peer's Read Requests we answer (IRD) */
+	struct iw_rd irdq[IW_RDQ];
+	_Atomic uint32_t ird_unsent;  /* Read Responses queued, not yet written */
+	uint8_t rx_last_op;           /* the last request delivered: its opcode and header, */
+	uint8_t rx_last_hdr[IW_TERM_MAX]; /* for the Terminate that refuses it (from its
+					   * ULPDU_Length) */
+	uint32_t rx_last_hdr_len;
+	uint8_t mpa[20 + 512];        /* DIALING: the MPA reply so far */
+	uint32_t mpa_len;
+};
+
+static inline struct iw_qp *iw_of(struct sv_qp *qp)
+{
+	return qp->wire_qp;
+}
+
+/* iw_tx.c */
+void iw_tx_init(struct iw_qp *iq);
+void iw_tx_reset(struct iw_qp *iq);
+/* The wire's send op (sq.lock or rx_busy). */
+int iw_tx_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, int n_iov);
+/* Queues a Terminate for @t (the offending header @bad, @bad_len bytes; may be NULL). */
+void iw_tx_terminate(struct iw_qp *iq, const struct iw_term *t, const void *bad, size_t bad_len);
+/* Writes what is queued, as far as the socket takes it. No lock needed (tx_io). Returns
+ * bytes written, 0, or -errno when the connection broke. */
+int iw_tx_flush(struct iw_qp *iq);
+bool iw_tx_pending(const struct iw_qp *iq);
+/* rx_busy: the msn up to which requests are complete (local acknowledgement), never past
+ * a Read or atomic that waits for its response, nor past a WRITE not yet known placed.
+ * 0: nothing new. */
+uint32_t iw_tx_ackable(struct iw_qp *iq);
+/* sq.lock: WRITEs wait to be known placed and no Read is out that will tell: queues a
+ * zero-length Read Request (answered after them, RFC 5040 §5.5) within the ORD. */
+void iw_tx_probe(struct iw_qp *iq);
+
+/* iw_rx.c */
+void iw_rx_reset(struct iw_qp *iq);
+struct iw_params;
+/* rx_busy, DIALING: reads the peer's MPA reply. 1 (*got filled; what follows it is
+ * staged as FPDUs), 0 (not all in yet), -ECONNREFUSED (rejected), -EPROTO, or the
+ * connection's end (-errno). */
+int iw_rx_reply(struct iw_qp *iq, struct iw_params *got);
+/* rx_busy: moves what arrived into the core (budget FPDUs). Returns how many. */
+int iw_rx_poll(struct iw_qp *iq, int budget);
+
+/* iw_link.c: the connection broke (@why for the log, NULL: the peer said why): nothing
+ * more goes or comes, and the QP enters Error with IBV_EVENT_QP_FATAL. Under rx_busy. */
+void iw_link_down(struct iw_qp *iq, const char *why);
+/* The peer closed the connection between two FPDUs (it destroyed or reset its QP, or
+ * its process ended): as a peer that left on one host, what waits for an answer fails
+ * (RETRY_EXC_ERR) and later requests are lost; the QP stays in its state. rx_busy. */
+void iw_link_closed(struct iw_qp *iq);
+
+#endif
