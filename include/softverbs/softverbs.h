@@ -19,6 +19,7 @@ extern "C" {
 enum softverbs_wire {
 	SOFTVERBS_WIRE_NONE = 0, /* no message sent yet */
 	SOFTVERBS_WIRE_SHM = 1,  /* shared memory, same host */
+	SOFTVERBS_WIRE_IWARP = 2, /* iWARP over TCP (RFC 5040/5041/5044), between hosts */
 };
 
 /* How payload crosses to the peer's memory on the shm wire. */
@@ -54,6 +55,31 @@ struct softverbs_qp_stats {
  */
 int softverbs_query_qp_stats(struct ibv_qp *qp, struct softverbs_qp_stats *stats,
 			     size_t stats_size);
+
+/*
+ * Creates a QP as ibv_create_qp does, on the wire @wire (SOFTVERBS_WIRE_SHM or
+ * SOFTVERBS_WIRE_IWARP; NONE: the default choice, SOFTVERBS_WIRE). For a connection
+ * manager that knows where the peer is before the QP exists. NULL and errno (EINVAL: a
+ * wire that cannot carry the QP type, e.g. UD on iWARP).
+ */
+struct ibv_qp *softverbs_create_qp_on_wire(struct ibv_pd *pd, struct ibv_qp_init_attr *attr,
+					   enum softverbs_wire wire);
+
+/* A TCP stream on which the MPA exchange (RFC 5044 §7.1, RFC 6581) is done: what it
+ * negotiated. */
+struct softverbs_stream {
+	uint32_t comp_mask; /* 0 */
+	uint8_t crc;        /* MPA CRC on (the C bit both sides agreed) */
+	uint8_t rfc7306;    /* the peer takes RFC 7306 atomics and immediate data */
+	uint16_t ird, ord;  /* RFC 6581: the Read Requests each side takes / sends at once */
+};
+
+/*
+ * Gives an iWARP QP (in INIT, before RTR) the connected TCP stream @fd for its
+ * connection: FPDUs flow on it from now on. The QP owns @fd (it closes it on RESET,
+ * Error and destroy); a caller may keep a dup() to watch the stream's end. 0 or errno.
+ */
+int softverbs_qp_adopt_stream(struct ibv_qp *qp, int fd, const struct softverbs_stream *s);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 #include <softverbs/softverbs.h>
 
 #include "verbs.h"
+#include "wire/sv_wires.h"
 
 static uint64_t rd64(_Atomic uint64_t *c)
 {
@@ -33,6 +34,9 @@ int softverbs_query_qp_stats(struct ibv_qp *qp, struct softverbs_qp_stats *stats
 	}
 	s.wire = s.copy == SOFTVERBS_COPY_NONE ? SOFTVERBS_WIRE_NONE : SOFTVERBS_WIRE_SHM;
 	s.tx_msgs = rd64(&c->tx_msgs);
+	s.rx_msgs = rd64(&c->rx_msgs);
+	if (sv_wire_is_iwarp(to_svqp(qp)->wire) && s.tx_msgs + s.rx_msgs)
+		s.wire = SOFTVERBS_WIRE_IWARP;
 	s.tx_bytes = rd64(&c->tx_bytes);
 	s.tx_cma_bytes = rd64(&c->tx_cma_bytes);
 	s.tx_fifo_bytes = rd64(&c->tx_fifo_bytes);
@@ -42,4 +46,43 @@ int softverbs_query_qp_stats(struct ibv_qp *qp, struct softverbs_qp_stats *stats
 	s.rx_fifo_bytes = rd64(&c->rx_fifo_bytes);
 	memcpy(stats, &s, stats_size);
 	return 0;
+}
+
+struct ibv_qp *softverbs_create_qp_on_wire(struct ibv_pd *pd, struct ibv_qp_init_attr *attr,
+					   enum softverbs_wire wire)
+{
+	struct ibv_qp *qp;
+
+	if (wire != SOFTVERBS_WIRE_NONE && wire != SOFTVERBS_WIRE_SHM &&
+	    wire != SOFTVERBS_WIRE_IWARP) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (wire == SOFTVERBS_WIRE_IWARP && attr && attr->qp_type != IBV_QPT_RC &&
+	    attr->qp_type != IBV_QPT_UC) {
+		errno = EINVAL; /* iWARP carries connected QPs only */
+		return NULL;
+	}
+	sv_wire_choose_next(wire == SOFTVERBS_WIRE_IWARP ? "iwarp" :
+			    wire == SOFTVERBS_WIRE_SHM ? "shm" : NULL);
+	qp = ibv_create_qp(pd, attr);
+	sv_wire_choose_next(NULL);
+	return qp;
+}
+
+int softverbs_qp_adopt_stream(struct ibv_qp *qp, int fd, const struct softverbs_stream *s)
+{
+	struct sv_qp *q;
+	int err;
+
+	if (!qp || fd < 0 || !s || s->comp_mask)
+		return EINVAL;
+	q = to_svqp(qp);
+	pthread_mutex_lock(&q->lock);
+	if (q->attr.qp_state != IBV_QPS_INIT || !sv_wire_is_iwarp(q->wire))
+		err = EINVAL;
+	else
+		err = -sv_wire_adopt_stream(q, fd, s->crc != 0, s->rfc7306 != 0, s->ird, s->ord);
+	pthread_mutex_unlock(&q->lock);
+	return err;
 }

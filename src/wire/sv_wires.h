@@ -2,10 +2,19 @@
 #ifndef SV_WIRES_H
 #define SV_WIRES_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "core/sv_wire.h"
 
 /* The wire for a new QP of @type: shared memory between the processes of this host, or
  * iWARP over TCP (SOFTVERBS_WIRE=iwarp: RC and UC; UD and XRC stay on shm). */
 const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type);
+/* The wire the calling thread's next QP takes ("shm", "iwarp"; NULL: the default). */
+void sv_wire_choose_next(const char *name);
+bool sv_wire_is_iwarp(const struct sv_wire_ops *w);
+/* An iWARP QP in INIT takes a connected stream whose MPA exchange is done (rdma_cm). */
+int sv_wire_adopt_stream(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t ird,
+			 uint16_t ord);
 
 #endif

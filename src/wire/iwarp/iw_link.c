@@ -15,7 +15,7 @@ const char *const iw_link_name[] = {
 
 void iw_link_down(struct iw_qp *iq, const char *why)
 {
-	struct sv_hdr term = { .op = SV_OP_TERMINATE, .src_qpn = iq->peer_qpn,
+	struct sv_hdr term = { .op = SV_OP_TERMINATE, .src_qpn = iw_peer(iq),
 			       .value = IBV_EVENT_QP_FATAL };
 	uint32_t was = atomic_exchange(&iq->link, IW_LINK_DOWN);
 

@@ -12,6 +12,7 @@
 #include "wire/iwarp/iw_wire.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
@@ -233,6 +234,7 @@ static void *attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
 	if (link != IW_LINK_NONE && link != IW_LINK_DOWN)
 		return d == &expecting ? NULL : d; /* connected already: this one goes */
 	iq->peer_qpn = qpn;
+	iq->adopted = false;
 	iw_rx_reset(iq);
 	iw_tx_reset(iq);
 	if (d == &expecting) {
@@ -280,6 +282,7 @@ static void disconnect(struct sv_qp *qp)
 	watch = iq->watch;
 	iq->watch = 0;
 	atomic_store(&iq->link, IW_LINK_NONE);
+	iq->adopted = false;
 	iw_tx_reset(iq);
 	iw_rx_reset(iq);
 	pthread_spin_unlock(&qp->sq.lock);
@@ -459,6 +462,44 @@ static void dialing(struct sv_qp *qp, struct iw_qp *iq)
 	sv_set_hint(qp->tx_kick, true);
 	sv_dbg("iwarp qp %u: connection to qp %u up (crc %d, ext %d)", iq->qpn, iq->peer_qpn,
 	       iq->crc, iq->ext);
+}
+
+int iw_qp_adopt(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t ird, uint16_t ord)
+{
+	struct iw_qp *iq = iw_of(qp);
+	uint64_t watch = 0;
+	int one = 1, err;
+
+	if (atomic_load(&iq->link) != IW_LINK_NONE && atomic_load(&iq->link) != IW_LINK_DOWN)
+		return -EBUSY;
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK))
+		return -errno;
+	sv_engine_lock();
+	err = sv_engine_watch_oneshot_locked(fd, on_event, iq, &watch);
+	sv_engine_unlock();
+	if (err)
+		return err;
+	sv_rx_lock(qp);
+	sv_qp_sq_lock_unclaimed(qp);
+	iw_rx_reset(iq);
+	iw_tx_reset(iq);
+	iq->adopted = true;
+	iq->crc = crc;
+	iq->ext = ext;
+	iq->ird = ird < IW_IRD_ORD_MAX ? ird : IW_IRD_ORD_MAX;
+	if (!iq->ird)
+		iq->ird = 1;
+	iq->ord = ord;
+	atomic_store(&iq->fd, fd);
+	iq->watch = watch;
+	atomic_store(&iq->link, IW_LINK_UP);
+	pthread_spin_unlock(&qp->sq.lock);
+	sv_rx_unlock(qp);
+	sv_engine_kick();
+	sv_dbg("iwarp qp %u: adopted a stream (crc %d, ext %d, ird %u, ord %u)", iq->qpn, crc,
+	       ext, iq->ird, ord);
+	return 0;
 }
 
 /* --- progress --------------------------------------------------------------------------------- */

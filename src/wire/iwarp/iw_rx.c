@@ -257,8 +257,8 @@ static void peer_terminated(struct iw_qp *iq, const struct iw_hdr *ih)
 	uint32_t status = prot ? IBV_WC_REM_ACCESS_ERR :
 			  ih->term_layer == IW_TERM_DDP ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_REM_OP_ERR;
 	struct sv_hdr nak = { .op = SV_OP_NAK, .msn = iq->acked_told + 1, .status = status,
-			      .src_qpn = iq->peer_qpn };
-	struct sv_hdr term = { .op = SV_OP_TERMINATE, .src_qpn = iq->peer_qpn,
+			      .src_qpn = iw_peer(iq) };
+	struct sv_hdr term = { .op = SV_OP_TERMINATE, .src_qpn = iw_peer(iq),
 			       .value = prot ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_FATAL };
 	struct iw_pl none = { .p.copy = copy, .iq = iq };
 
@@ -275,7 +275,7 @@ static void peer_terminated(struct iw_qp *iq, const struct iw_hdr *ih)
  * false (after a Terminate) when the FPDU breaks the protocol. */
 static bool request_hdr(struct iw_qp *iq, const struct iw_hdr *ih, uint32_t hl, struct sv_hdr *h)
 {
-	*h = (struct sv_hdr){ .src_qpn = iq->peer_qpn, .dest_qpn = iq->qpn,
+	*h = (struct sv_hdr){ .src_qpn = iw_peer(iq), .dest_qpn = iq->qpn,
 			      .msn = iq->rx_msn + 1, .len = ih->payload_len };
 	if (!ih->tagged) {
 		/* RFC 5041 §5.4/§7: untagged: the queue's next MSN, in order (MO). */
@@ -419,7 +419,7 @@ static bool answer_hdr(struct iw_qp *iq, const struct iw_hdr *ih, uint32_t hl, s
 		return false;
 	}
 	rd = &q[t % IW_RDQ];
-	*h = (struct sv_hdr){ .src_qpn = iq->peer_qpn, .msn = rd->msn, .len = ih->payload_len };
+	*h = (struct sv_hdr){ .src_qpn = iw_peer(iq), .msn = rd->msn, .len = ih->payload_len };
 	if (ih->opcode == IW_OP_ATOMIC_RESP) {
 		/* RFC 7306: it names the request it answers; responses come in order. */
 		if (ih->atomic_req_id != rd->req_id || ih->msn != iq->rx_ddp_msn[IW_QN_ATOMIC_RESP]) {

@@ -89,7 +89,9 @@ struct iw_qp {
 	_Atomic int fd;               /* -1: none */
 	uint64_t watch;               /* the engine's one-shot watch of fd (0: none) */
 	_Atomic uint32_t link;        /* enum iw_link */
-	uint32_t peer_qpn;            /* the QP at the other end */
+	uint32_t peer_qpn;            /* the QP at the other end (iw_peer) */
+	bool adopted;                 /* the stream came set up (rdma_cm): the peer is who
+				       * the QP's dest_qp_num says */
 	bool crc;                     /* MPA CRC negotiated */
 	bool ext;                     /* RFC 7306 negotiated */
 	uint16_t ird, ord;            /* negotiated */
@@ -154,6 +156,13 @@ static inline struct iw_qp *iw_of(struct sv_qp *qp)
 	return qp->wire_qp;
 }
 
+/* The QPN our answers and the peer's requests carry for the core's checks. */
+static inline uint32_t iw_peer(const struct iw_qp *iq)
+{
+	return iq->adopted ? atomic_load_explicit(&iq->qp->pub.dest_qpn, memory_order_relaxed)
+			   : iq->peer_qpn;
+}
+
 /* iw_tx.c */
 void iw_tx_init(struct iw_qp *iq);
 void iw_tx_reset(struct iw_qp *iq);
@@ -182,6 +191,9 @@ struct iw_params;
 int iw_rx_reply(struct iw_qp *iq, struct iw_params *got);
 /* rx_busy: moves what arrived into the core (budget FPDUs). Returns how many. */
 int iw_rx_poll(struct iw_qp *iq, int budget);
+
+/* iw_qp.c: an iWARP QP in INIT takes a connected stream whose MPA exchange is done. */
+int iw_qp_adopt(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t ird, uint16_t ord);
 
 /* iw_link.c: the connection broke (@why for the log, NULL: the peer said why): nothing
  * more goes or comes, and the QP enters Error with IBV_EVENT_QP_FATAL. Under rx_busy. */
