@@ -24,8 +24,8 @@
 #include <stdint.h>
 
 /* RDMAP opcodes (RFC 5040 §4.3; RFC 7306 for 8 and above: the values Chelsio's firmware
- * interface names for them, FW_RI_SEND_IMMEDIATE 0x8 ... FW_RI_ATOMIC_RESPONSE 0xb, and
- * Wireshark 4.0 decodes 0xa/0xb as Atomic Request/Response). */
+ * interface names for them, FW_RI_SEND_IMMEDIATE 0x8 ... FW_RI_ATOMIC_RESPONSE 0xb, as
+ * IBM's urdma does, and Wireshark 4.0 decodes 0xa/0xb as Atomic Request/Response). */
 enum iw_opcode {
 	IW_OP_WRITE = 0x0,
 	IW_OP_READ_REQ = 0x1,
@@ -230,8 +230,11 @@ static inline uint32_t iw_fpdu_len(uint32_t ulpdu_len)
 /*
  * Writes @h's header (ULPDU_Length through the opcode's fixed fields) into @buf (at
  * least IW_HDR_MAX bytes), for h->payload_len bytes of payload to follow. Sets the T
- * bit from the opcode, the versions, and ULPDU_Length. Returns the header's length, or
- * -EINVAL (not an opcode, or payload_len too long for one FPDU).
+ * bit, the queue number (h->tagged and h->qn are not read) and the versions from the
+ * opcode, and ULPDU_Length; reserved fields are zero. Returns the header's length, or
+ * -EINVAL (not an opcode, payload_len too long for one FPDU or where the opcode has
+ * none, a Terminate's above IW_TERM_HDRS_MAX, a single-segment message not last or at
+ * an offset, an atomic operation not known).
  */
 int iw_hdr_encode(void *buf, const struct iw_hdr *h);
 
