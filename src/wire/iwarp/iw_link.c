@@ -21,6 +21,8 @@ void iw_link_down(struct iw_qp *iq, const char *why)
 
 	if (was == IW_LINK_DOWN)
 		return;
+	if (atomic_load(&iq->fd) < 0)
+		return; /* the QP let go of the socket itself (disconnect): no news */
 	if (why)
 		sv_dbg("iwarp qp %u: connection to qp %u %s -> down: %s", iq->qpn, iq->peer_qpn,
 		       iw_link_name[was], why);
@@ -29,10 +31,18 @@ void iw_link_down(struct iw_qp *iq, const char *why)
 	(void)sv_resp_deliver(iq->qp, &term, NULL);
 }
 
-void iw_link_closed(struct iw_qp *iq)
+void iw_link_closed(struct iw_qp *iq, bool goodbye)
 {
 	struct sv_qp *qp = iq->qp;
+	bool waiting = iw_tx_pending(iq) ||
+		       atomic_load(&iq->rd_head) != atomic_load(&iq->rd_tail) ||
+		       atomic_load(&iq->at_head) != atomic_load(&iq->at_tail) ||
+		       atomic_load(&iq->tx_acked) != iq->acked_told;
 
+	if (!goodbye && (!iq->adopted || waiting)) {
+		iw_link_down(iq, "the peer's end went without a goodbye");
+		return;
+	}
 	if (atomic_exchange(&iq->link, IW_LINK_DOWN) == IW_LINK_DOWN)
 		return;
 	sv_dbg("iwarp qp %u: qp %u closed the connection", iq->qpn, iq->peer_qpn);

@@ -39,6 +39,15 @@ enum {
 
 /* --- what this process set up once ---------------------------------------------------------- */
 
+/* Sends and Writes complete once placed at the peer (as InfiniBand's acknowledgement
+ * says), unless SOFTVERBS_IWARP_COMPLETE=sent (once TCP has them: RFC 5040 §5.1). */
+static bool want_confirm(void)
+{
+	const char *e = getenv("SOFTVERBS_IWARP_COMPLETE");
+
+	return !e || strcmp(e, "sent") != 0;
+}
+
 static bool want_crc(void)
 {
 	const char *e = getenv("SOFTVERBS_IWARP_CRC");
@@ -105,6 +114,7 @@ static int qp_init(struct sv_qp *qp, uint32_t *qpn)
 	atomic_store(&iq->incoming, -1);
 	iw_tx_init(iq);
 	iw_rx_reset(iq);
+	iq->confirm = want_confirm();
 	qp->wire_qp = iq;
 	/* Someone on this host answers the port, so that a peer dialing us finds us. */
 	(void)iw_conn_port_ensure();
@@ -164,6 +174,7 @@ struct iw_dial {
 	int fd;
 	uint64_t watch;
 	bool kept;
+	bool crc; /* asked for: the peer echoes it (a goodbye before its reply needs it) */
 };
 static struct iw_dial expecting; /* the passive side's: nothing to dial */
 
@@ -211,6 +222,7 @@ static int qp_connect(struct sv_qp *qp, uint32_t qpn, void **conn)
 		return -ENOMEM;
 	}
 	d->fd = fd;
+	d->crc = want.crc;
 	sv_engine_lock();
 	err = sv_engine_watch_oneshot_locked(fd, on_event, iq, &d->watch);
 	sv_engine_unlock();
@@ -245,6 +257,7 @@ static void *attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
 	}
 	atomic_store(&iq->fd, d->fd);
 	iq->watch = d->watch;
+	iq->crc = d->crc;
 	atomic_store(&iq->link, IW_LINK_DIALING);
 	d->kept = true;
 	/* The progress thread may sleep with this QP unwatched: it arms it anew. */
@@ -268,17 +281,39 @@ static void release(struct sv_qp *qp, void *conn)
 	free(d);
 }
 
+/* What the peer sent that nobody will read: a close with it unread would reset the
+ * connection (RFC 1122 4.2.2.13), and a reset can take our last Terminate with it. */
+static void drain(int fd)
+{
+	char buf[4096];
+
+	for (int i = 0; i < 256 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0; i++)
+		;
+}
+
 static void disconnect(struct sv_qp *qp)
 {
 	struct iw_qp *iq = iw_of(qp);
 	uint64_t watch;
 	int fd;
 
-	/* A Terminate we owe goes first (best effort: the socket takes it or not). */
-	(void)iw_tx_flush(iq);
+	/* Verbs-only connections say goodbye (a Terminate "TCP connection closed", RFC 5044
+	 * §8), so that the peer tells a QP that left from a process that died; a stream of
+	 * rdma_cm's just ends, as kernel rdma_cm's does. A Terminate we owe goes first. Best
+	 * effort: the socket takes it or not. */
+	/* (Dialing too: the peer may have answered already, and reads it after the reply it
+	 * sent; our own port's peers are softverbs, for whom this order is fine.) */
+	if ((atomic_load(&iq->link) == IW_LINK_UP || atomic_load(&iq->link) == IW_LINK_DIALING) &&
+	    !iq->adopted) {
+		struct iw_term bye = { IW_TERM_LLP, IW_ETYPE_MPA, IW_ECODE_MPA_CLOSED };
+
+		sv_spin_lock(&qp->sq.lock);
+		iw_tx_terminate(iq, &bye, NULL, 0);
+		pthread_spin_unlock(&qp->sq.lock);
+	}
+	fd = iw_tx_take_fd(iq, 100);
 	sv_rx_lock(qp);
 	sv_qp_sq_lock_unclaimed(qp);
-	fd = atomic_exchange(&iq->fd, -1);
 	watch = iq->watch;
 	iq->watch = 0;
 	atomic_store(&iq->link, IW_LINK_NONE);
@@ -292,6 +327,7 @@ static void disconnect(struct sv_qp *qp)
 		sv_engine_unwatch_locked(watch);
 		sv_engine_unlock();
 		shutdown(fd, SHUT_WR);
+		drain(fd);
 		close(fd);
 	}
 }
@@ -336,7 +372,7 @@ static void abandon(struct sv_qp *qp, uint32_t msn)
 static void probe(struct sv_qp *qp, struct iw_qp *iq)
 {
 	if (!iq->ord || atomic_load(&iq->probing) ||
-	    sv_msn_le(atomic_load(&iq->write_hi), atomic_load(&iq->confirmed)))
+	    sv_msn_le(atomic_load(&iq->place_hi), atomic_load(&iq->confirmed)))
 		return;
 	sv_spin_lock(&qp->sq.lock);
 	iw_tx_probe(iq);
@@ -567,8 +603,10 @@ static int poll_qp(struct sv_qp *qp)
 	n += local_answers(qp, iq);
 	if (atomic_load(&iq->link) == IW_LINK_UP)
 		probe(qp, iq);
-	if (atomic_exchange(&iq->eof, false))
-		iw_link_closed(iq);
+	if (atomic_load(&iq->eof)) {
+		iw_link_closed(iq, atomic_load(&iq->goodbye));
+		atomic_store(&iq->eof, false);
+	}
 	sv_rx_unlock(qp);
 	/* Answers the responder queued (Read Responses) and Terminates go now. */
 	if (iw_tx_pending(iq) && iw_tx_flush(iq) < 0)

@@ -36,6 +36,7 @@ void iw_rx_reset(struct iw_qp *iq)
 	iq->rx_last_op = 0;
 	iq->rx_last_hdr_len = 0;
 	atomic_store(&iq->eof, false);
+	atomic_store(&iq->goodbye, false);
 }
 
 /* The FPDU being delivered: where its bytes are, and its CRC so far. */
@@ -248,6 +249,48 @@ static void violation(struct iw_qp *iq, struct iw_term t, uint32_t hl)
 	iw_link_down(iq, "protocol violation by the peer");
 }
 
+static uint32_t be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/*
+ * The core msn of the request a Terminate names by the DDP header it carries (RFC 5040
+ * §4.8); without one, the first not yet known complete.
+ */
+static uint32_t culprit(struct iw_qp *iq, const struct iw_hdr *ih)
+{
+	const uint8_t *p = iq->stage + iq->st_off + iw_op_info[IW_OP_TERMINATE].hdr_len;
+	uint32_t head = atomic_load_explicit(&iq->sent_head, memory_order_acquire);
+	uint32_t fallback = iq->acked_told + 1;
+	bool tagged;
+	uint32_t key = 0, qn = 0;
+	uint64_t to = 0;
+
+	if (!ih->term_hdr_len || !ih->term_hdr_ddp || ih->payload_len < IW_HDR_TAGGED)
+		return fallback;
+	p += 2; /* the offending segment's ULPDU_Length */
+	tagged = (p[0] & IW_DDP_T) != 0;
+	if (!tagged && ih->payload_len < IW_HDR_UNTAGGED)
+		return fallback;
+	if (tagged) {
+		key = be32(p + 2);
+		to = (uint64_t)be32(p + 6) << 32 | be32(p + 10);
+	} else {
+		qn = be32(p + 6);
+		key = be32(p + 10);
+	}
+	for (uint32_t i = 0; i < IW_SENT && i < head; i++) {
+		const struct iw_sent *e = &iq->sent[(head - 1 - i) % IW_SENT];
+
+		if (e->tagged != tagged || e->key != key)
+			continue;
+		if (tagged ? (to >= e->lo && (to < e->hi || to == e->lo)) : e->qn == qn)
+			return e->msn;
+	}
+	return fallback;
+}
+
 /* The async event and the completion status a Terminate from the peer means. */
 static void peer_terminated(struct iw_qp *iq, const struct iw_hdr *ih)
 {
@@ -256,7 +299,7 @@ static void peer_terminated(struct iw_qp *iq, const struct iw_hdr *ih)
 		    (ih->term_layer == IW_TERM_DDP && ih->term_etype == IW_ETYPE_DDP_TAGGED);
 	uint32_t status = prot ? IBV_WC_REM_ACCESS_ERR :
 			  ih->term_layer == IW_TERM_DDP ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_REM_OP_ERR;
-	struct sv_hdr nak = { .op = SV_OP_NAK, .msn = iq->acked_told + 1, .status = status,
+	struct sv_hdr nak = { .op = SV_OP_NAK, .msn = culprit(iq, ih), .status = status,
 			      .src_qpn = iw_peer(iq) };
 	struct sv_hdr term = { .op = SV_OP_TERMINATE, .src_qpn = iw_peer(iq),
 			       .value = prot ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_FATAL };
@@ -554,6 +597,14 @@ static int rx_one(struct iw_qp *iq)
 	if (!all_in(iq, need))
 		return 0;
 	if (ih.opcode == IW_OP_TERMINATE) {
+		if (ih.term_layer == IW_TERM_LLP && ih.term_etype == IW_ETYPE_MPA &&
+		    ih.term_ecode == IW_ECODE_MPA_CLOSED) {
+			/* The peer's goodbye: its QP left (iw_link_closed). */
+			atomic_store(&iq->goodbye, true);
+			atomic_store(&iq->eof, true);
+			iq->st_off = iq->st_len = 0;
+			return -1;
+		}
 		peer_terminated(iq, &ih);
 		return -1;
 	}

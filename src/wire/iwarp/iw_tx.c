@@ -12,6 +12,8 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -46,9 +48,10 @@ void iw_tx_reset(struct iw_qp *iq)
 	atomic_store(&iq->at_head, 0);
 	atomic_store(&iq->at_tail, 0);
 	atomic_store(&iq->ird_unsent, 0);
-	atomic_store(&iq->write_hi, 0);
+	atomic_store(&iq->place_hi, 0);
 	atomic_store(&iq->confirmed, 0);
 	atomic_store(&iq->probing, false);
+	atomic_store(&iq->sent_head, 0);
 }
 
 bool iw_tx_pending(const struct iw_qp *iq)
@@ -195,6 +198,26 @@ static int refuse_local(struct iw_qp *iq, const struct sv_hdr *h)
 	return 0;
 }
 
+/* Remembers a message's first segment (what a Terminate about it will name). */
+static void sent(struct iw_qp *iq, const struct sv_hdr *h, const struct iw_hdr *ih)
+{
+	uint32_t head = atomic_load_explicit(&iq->sent_head, memory_order_relaxed);
+	struct iw_sent *e = &iq->sent[head % IW_SENT];
+
+	if (!(h->flags & SV_F_FIRST))
+		return;
+	*e = (struct iw_sent){ .msn = h->msn, .tagged = ih->tagged || ih->opcode == IW_OP_WRITE,
+			       .qn = (uint8_t)ih->qn };
+	if (e->tagged) {
+		e->key = ih->stag;
+		e->lo = h->raddr;
+		e->hi = h->raddr + h->total;
+	} else {
+		e->key = ih->msn;
+	}
+	atomic_store_explicit(&iq->sent_head, head + 1, memory_order_release);
+}
+
 static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iovec *iov,
 		      int n_iov)
 {
@@ -215,8 +238,13 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		ih.msn = iq->tx_msn[IW_QN_SEND];
 		ih.mo = (uint32_t)h->offset;
 		err = put(iq, &ih, iov, n_iov, h->len, h->msn, IW_TXD_REQ);
-		if (!err && ih.last)
+		if (!err)
+			sent(iq, h, &ih);
+		if (!err && ih.last) {
 			iq->tx_msn[IW_QN_SEND]++;
+			if (iq->confirm)
+				atomic_store(&iq->place_hi, h->msn);
+		}
 		return err;
 	case SV_OP_WRITE:
 		if ((h->flags & SV_F_LAST) && (h->flags & SV_F_IMM) && !iq->ext)
@@ -231,8 +259,10 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		ih.to = h->raddr + h->offset;
 		err = put(iq, &ih, iov, n_iov, h->len,
 			  (h->flags & SV_F_IMM) && ih.last ? 0 : h->msn, IW_TXD_REQ);
-		if (!err && ih.last)
-			atomic_store(&iq->write_hi, h->msn);
+		if (!err)
+			sent(iq, h, &ih);
+		if (!err && ih.last && iq->confirm)
+			atomic_store(&iq->place_hi, h->msn);
 		if (err || !((h->flags & SV_F_LAST) && (h->flags & SV_F_IMM)))
 			return err;
 		ih = (struct iw_hdr){ .opcode = h->flags & SV_F_SOLICITED ? IW_OP_IMM_SE : IW_OP_IMM,
@@ -241,8 +271,11 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		/* The 4 bytes of a verbs immediate, first of the 8 (network order as given). */
 		memcpy(&ih.imm, &h->imm, sizeof(h->imm));
 		err = put(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ);
-		if (!err)
+		if (!err) {
 			iq->tx_msn[IW_QN_SEND]++;
+			if (iq->confirm)
+				atomic_store(&iq->place_hi, h->msn);
+		}
 		return err;
 	case SV_OP_READ_REQ: {
 		uint32_t head = atomic_load_explicit(&iq->rd_head, memory_order_relaxed);
@@ -261,13 +294,17 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		ih.src_to = h->raddr;
 		iq->rdq[head % IW_RDQ] = (struct iw_rd){ .msn = h->msn, .sink_stag = ih.sink_stag,
 							 .size = h->total,
-							 .confirms = atomic_load(&iq->write_hi) };
+							 .confirms = atomic_load(&iq->place_hi) };
+		/* Outstanding before it can go: its response may come before put returns. */
+		atomic_store_explicit(&iq->rd_head, head + 1, memory_order_release);
 		err = put(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ);
-		if (!err) {
-			iq->tx_msn[IW_QN_READ_REQ]++;
-			atomic_store_explicit(&iq->rd_head, head + 1, memory_order_release);
+		if (err) {
+			atomic_store_explicit(&iq->rd_head, head, memory_order_release);
+			return err;
 		}
-		return err;
+		sent(iq, h, &ih);
+		iq->tx_msn[IW_QN_READ_REQ]++;
+		return 0;
 	}
 	case SV_OP_ATOMIC: {
 		uint32_t head = atomic_load_explicit(&iq->at_head, memory_order_relaxed);
@@ -294,12 +331,15 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		}
 		iq->atq[head % IW_RDQ] = (struct iw_rd){ .msn = h->msn, .size = 8,
 							 .req_id = ih.atomic_req_id };
+		atomic_store_explicit(&iq->at_head, head + 1, memory_order_release);
 		err = put(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ);
-		if (!err) {
-			iq->tx_msn[IW_QN_ATOMIC_REQ]++;
-			atomic_store_explicit(&iq->at_head, head + 1, memory_order_release);
+		if (err) {
+			atomic_store_explicit(&iq->at_head, head, memory_order_release);
+			return err;
 		}
-		return err;
+		sent(iq, h, &ih);
+		iq->tx_msn[IW_QN_ATOMIC_REQ]++;
+		return 0;
 	}
 	case SV_OP_TERMINATE: {
 		struct iw_term t = nak_term((uint32_t)h->status, IW_OP_WRITE);
@@ -408,9 +448,11 @@ uint32_t iw_tx_ackable(struct iw_qp *iq)
 		upto = m - 1;
 	if (first_waiting(&iq->at_head, &iq->at_tail, iq->atq, &m) && sv_msn_le(m, upto))
 		upto = m - 1;
-	/* A WRITE completes once it is placed, as on InfiniBand (and what follows it, in
-	 * order): a connection that cannot ask (no ORD) completes it once sent. */
-	if (iq->ord && !sv_msn_le(atomic_load(&iq->write_hi), confirmed) &&
+	/* A Send or Write completes once it is placed, as on InfiniBand where the
+	 * acknowledgement says so (and what follows it, in order); a connection that cannot
+	 * ask (no ORD), or SOFTVERBS_IWARP_COMPLETE=sent, completes it once sent, as RFC
+	 * 5040 §5.1 allows. */
+	if (iq->ord && !sv_msn_le(atomic_load(&iq->place_hi), confirmed) &&
 	    sv_msn_le(confirmed, upto))
 		upto = confirmed;
 	if (!upto || upto == iq->acked_told || sv_msn_le(upto, iq->acked_told))
@@ -424,7 +466,7 @@ void iw_tx_probe(struct iw_qp *iq)
 	struct iw_hdr ih = { .opcode = IW_OP_READ_REQ, .last = true, .qn = IW_QN_READ_REQ,
 			     .sink_stag = SINK_STAG, .src_stag = 0 };
 
-	if (!iq->ord || sv_msn_le(atomic_load(&iq->write_hi), atomic_load(&iq->confirmed)) ||
+	if (!iq->ord || sv_msn_le(atomic_load(&iq->place_hi), atomic_load(&iq->confirmed)) ||
 	    atomic_load(&iq->probing) || atomic_load(&iq->link) != IW_LINK_UP ||
 	    atomic_load(&iq->term_sent))
 		return;
@@ -435,12 +477,15 @@ void iw_tx_probe(struct iw_qp *iq)
 		return; /* a Read already out will tell, when it comes back */
 	ih.msn = iq->tx_msn[IW_QN_READ_REQ];
 	iq->rdq[head % IW_RDQ] = (struct iw_rd){ .msn = 0, .sink_stag = SINK_STAG, .size = 0,
-						 .confirms = atomic_load(&iq->write_hi) };
-	if (put(iq, &ih, NULL, 0, 0, 0, 0))
-		return;
-	iq->tx_msn[IW_QN_READ_REQ]++;
+						 .confirms = atomic_load(&iq->place_hi) };
 	atomic_store(&iq->probing, true);
 	atomic_store_explicit(&iq->rd_head, head + 1, memory_order_release);
+	if (put(iq, &ih, NULL, 0, 0, 0, 0)) {
+		atomic_store_explicit(&iq->rd_head, head, memory_order_release);
+		atomic_store(&iq->probing, false);
+		return;
+	}
+	iq->tx_msn[IW_QN_READ_REQ]++;
 }
 
 enum { FLUSH_IOVS = 256 };
@@ -515,19 +560,24 @@ static void advance(struct iw_qp *iq, size_t n)
 
 int iw_tx_flush(struct iw_qp *iq)
 {
-	int fd = atomic_load(&iq->fd), total = 0;
+	int total = 0;
 
-	if (fd < 0)
-		return 0;
 	for (;;) {
 		struct iovec v[FLUSH_IOVS];
 		struct msghdr msg = { .msg_iov = v };
 		uint32_t tail, head;
 		size_t bytes;
 		ssize_t n;
+		int fd;
 
 		if (atomic_flag_test_and_set_explicit(&iq->tx_io, memory_order_acquire))
 			return total; /* the writer there writes what we queued */
+		/* The socket, read as the writer: it is closed only by one (iw_tx_close). */
+		fd = atomic_load(&iq->fd);
+		if (fd < 0) {
+			atomic_flag_clear_explicit(&iq->tx_io, memory_order_release);
+			return total;
+		}
 		tail = atomic_load_explicit(&iq->tx_tail, memory_order_relaxed);
 		head = atomic_load_explicit(&iq->tx_head, memory_order_acquire);
 		if (tail == head) {
@@ -558,4 +608,28 @@ int iw_tx_flush(struct iw_qp *iq)
 		}
 		atomic_store(&iq->tx_wants_out, false);
 	}
+}
+
+int iw_tx_take_fd(struct iw_qp *iq, int wait_ms)
+{
+	uint64_t end = sv_now_ns() + (uint64_t)wait_ms * 1000000;
+	int fd;
+
+	/* What is queued goes first, as far as the socket takes it in @wait_ms. */
+	while (iw_tx_pending(iq) && atomic_load(&iq->fd) >= 0 && sv_now_ns() < end) {
+		struct pollfd p = { .fd = atomic_load(&iq->fd), .events = POLLOUT };
+
+		if (iw_tx_flush(iq) < 0)
+			break;
+		if (iw_tx_pending(iq) && atomic_load(&iq->tx_wants_out))
+			(void)poll(&p, 1, 10);
+		else if (iw_tx_pending(iq))
+			sched_yield(); /* another writer has it */
+	}
+	/* The writer's role, so that no write uses the socket once it is taken. */
+	while (atomic_flag_test_and_set_explicit(&iq->tx_io, memory_order_acquire))
+		sched_yield();
+	fd = atomic_exchange(&iq->fd, -1);
+	atomic_flag_clear_explicit(&iq->tx_io, memory_order_release);
+	return fd;
 }

@@ -77,9 +77,20 @@ struct iw_rd {
 	uint64_t size;       /* bytes asked */
 	uint64_t got;        /* requester: bytes of response received */
 	uint32_t req_id;     /* an atomic's: the request's DDP MSN, which its response names */
-	uint32_t confirms;   /* requester: the last WRITE queued before it (its response
-			      * proves that WRITE placed: RFC 5040 §5.5, Reads after Writes) */
+	uint32_t confirms;   /* requester: the last Send or Write queued before it (its
+			      * response proves them placed: RFC 5040 §5.5, Reads after Writes) */
 };
+
+/* A request the requester sent, for finding the one a Terminate names (RFC 5040 §4.8:
+ * it carries the offending segment's DDP header). */
+struct iw_sent {
+	uint32_t msn;        /* the core msn of the message's first segment */
+	bool tagged;
+	uint8_t qn;          /* untagged: queue and DDP MSN (key) */
+	uint32_t key;        /* tagged: the STag */
+	uint64_t lo, hi;     /* tagged: the tagged offsets the message covers */
+};
+enum { IW_SENT = 1024 };
 
 struct iw_qp {
 	struct sv_qp *qp;
@@ -103,7 +114,8 @@ struct iw_qp {
 		bool crc, ext;
 	} incoming_params;
 	_Atomic bool fatal;           /* the connection broke: the QP is to enter Error */
-	_Atomic bool eof;             /* the peer closed it cleanly (iw_link_closed) */
+	_Atomic bool eof;             /* the peer closed it between FPDUs (iw_link_closed) */
+	_Atomic bool goodbye;         /* ... after saying goodbye (its QP left, not died) */
 	_Atomic bool armed;
 
 	/* transmit (iw_tx.c) */
@@ -114,10 +126,12 @@ struct iw_qp {
 	uint32_t tx_part;             /* bytes of the FPDU at tx_tail written (the writer's) */
 	_Atomic bool tx_wants_out;    /* the socket was full: wait for EPOLLOUT */
 	_Atomic uint32_t tx_acked;    /* msn of the last request the socket took */
-	_Atomic uint32_t write_hi;    /* msn of the last WRITE queued (written under sq.lock) */
-	_Atomic uint32_t confirmed;   /* WRITEs up to this msn are placed at the peer (a
-				       * Read Response after them came back) */
+	_Atomic uint32_t place_hi;    /* msn of the last Send or Write queued (sq.lock) */
+	_Atomic uint32_t confirmed;   /* Sends and Writes up to this msn are placed at the
+				       * peer (a Read Response after them came back) */
 	_Atomic bool probing;         /* our zero-length Read that confirms them is out */
+	bool confirm;                 /* complete Sends and Writes once placed (default), not
+				       * once sent (SOFTVERBS_IWARP_COMPLETE=sent) */
 	uint32_t acked_told;          /* rx_busy: the last local acknowledgement delivered */
 	uint32_t tx_msn[IW_QN_MAX];   /* sq.lock (QN 0, 1, 3) / rx_busy (QN 4): the next DDP
 				       * MSN of each untagged queue */
@@ -130,6 +144,9 @@ struct iw_qp {
 	 * under rx_busy (one each) */
 	_Atomic uint32_t rd_head, rd_tail, at_head, at_tail;
 	struct iw_rd rdq[IW_RDQ], atq[IW_RDQ];
+	/* the requests sent lately (sq.lock writes, rx_busy reads) */
+	_Atomic uint32_t sent_head;
+	struct iw_sent sent[IW_SENT];
 
 	/* receive (iw_rx.c), under rx_busy */
 	uint8_t stage[IW_STAGE + 8];
@@ -174,6 +191,9 @@ void iw_tx_terminate(struct iw_qp *iq, const struct iw_term *t, const void *bad,
  * bytes written, 0, or -errno when the connection broke. */
 int iw_tx_flush(struct iw_qp *iq);
 bool iw_tx_pending(const struct iw_qp *iq);
+/* No lock: writes what is queued (for at most @wait_ms), then takes the socket away from
+ * the writers (returned, or -1): nothing writes to it afterwards. */
+int iw_tx_take_fd(struct iw_qp *iq, int wait_ms);
 /* rx_busy: the msn up to which requests are complete (local acknowledgement), never past
  * a Read or atomic that waits for its response, nor past a WRITE not yet known placed.
  * 0: nothing new. */
@@ -198,9 +218,11 @@ int iw_qp_adopt(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t ird, uint
 /* iw_link.c: the connection broke (@why for the log, NULL: the peer said why): nothing
  * more goes or comes, and the QP enters Error with IBV_EVENT_QP_FATAL. Under rx_busy. */
 void iw_link_down(struct iw_qp *iq, const char *why);
-/* The peer closed the connection between two FPDUs (it destroyed or reset its QP, or
- * its process ended): as a peer that left on one host, what waits for an answer fails
- * (RETRY_EXC_ERR) and later requests are lost; the QP stays in its state. rx_busy. */
-void iw_link_closed(struct iw_qp *iq);
+/* The peer closed the connection between two FPDUs. After its goodbye (@goodbye: it
+ * destroyed or reset its QP), or on a stream of rdma_cm's with nothing of ours
+ * outstanding, as a peer that left on one host: what waits for an answer fails
+ * (RETRY_EXC_ERR), later requests are lost, the QP stays in its state. Else its process
+ * died or broke off: as iw_link_down. rx_busy. */
+void iw_link_closed(struct iw_qp *iq, bool goodbye);
 
 #endif
