@@ -461,6 +461,24 @@ static enum tx_result tx_atomic(struct sv_qp *qp, struct sv_send_wqe *w)
 	return TX_WAIT;
 }
 
+/* Whether the QP's connection can carry @w at all (its wire's caps, as negotiated). */
+static bool tx_carried(struct sv_qp *qp, const struct sv_send_wqe *w)
+{
+	uint32_t caps = qp->wire->conn_caps ? qp->wire->conn_caps(qp) : qp->wire->caps;
+
+	switch (w->opcode) {
+	case IBV_WR_SEND_WITH_IMM:
+		return caps & SV_WIRE_SEND_IMM;
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return caps & SV_WIRE_IMM;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return caps & SV_WIRE_ATOMICS;
+	default:
+		return true;
+	}
+}
+
 /*
  * The status of a WR whose message reaches nobody (UD to an unreachable QP or into
  * another partition, UC with no peer or across partitions, RC with no peer): @lost, once
@@ -648,6 +666,12 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 	switch (qp->wire->reach(qp, qp->attr.dest_qp_num)) {
 	case SV_REACH_READY:
 		qp->wait_deadline = 0;
+		if (!tx_carried(qp, w)) {
+			/* The connection has no form for it (iWARP without RFC 7306, or any
+			 * SEND with immediate): a clear local error, nothing sent. */
+			sv_wqe_done(w, IBV_WC_LOC_QP_OP_ERR);
+			return TX_DONE;
+		}
 		break;
 	case SV_REACH_WAIT:
 		return tx_wait_peer(qp, w);

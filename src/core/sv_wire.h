@@ -97,9 +97,10 @@ enum sv_wire_caps {
 	SV_WIRE_RNR = 1 << 1,     /* a SEND with no receive is held and RNR-NAKed (else lost
 				   * or an error, per the wire's protocol) */
 	SV_WIRE_ATOMICS = 1 << 2, /* ATOMIC requests */
-	SV_WIRE_IMM = 1 << 3,     /* immediate data */
+	SV_WIRE_IMM = 1 << 3,     /* RDMA WRITE with immediate */
 	SV_WIRE_DIRECT = 1 << 4,  /* the direct op can place a WRITE or READ itself */
 	SV_WIRE_ORDERED = 1 << 5, /* segments arrive in order, exactly once */
+	SV_WIRE_SEND_IMM = 1 << 6, /* SEND with immediate */
 };
 
 /* Whether a QP's peer can take a message now (sv_wire_ops.reach). */
@@ -133,6 +134,10 @@ enum { SV_BATCH_MAX = 64 };
 struct sv_wire_ops {
 	const char *name;
 	uint32_t caps;    /* enum sv_wire_caps */
+	/* Optional, sq.lock: what the QP's connection carries, when it is less than caps
+	 * (negotiated with the peer); the core fails a WR it cannot carry with
+	 * IBV_WC_LOC_QP_OP_ERR. */
+	uint32_t (*conn_caps)(struct sv_qp *qp);
 	uint32_t seg_min; /* a message of at most this many bytes is always one segment
 			   * (seg_max is not asked) */
 

@@ -534,14 +534,14 @@ static uint32_t bad_pkeys(struct sv_qp *qp)
 
 const struct sv_wire_ops tw_wire = {
 	.name = "test",
-	.caps = SV_WIRE_ACKED | SV_WIRE_RNR | SV_WIRE_ATOMICS | SV_WIRE_IMM | SV_WIRE_ORDERED,
+	.caps = SV_WIRE_ACKED | SV_WIRE_RNR | SV_WIRE_ATOMICS | SV_WIRE_IMM | SV_WIRE_SEND_IMM | SV_WIRE_ORDERED,
 	TW_WIRE_OPS
 };
 
 /* The same wire, its caps saying it may reorder, drop and duplicate (the knobs). */
 const struct sv_wire_ops tw_wire_unordered = {
 	.name = "test-unordered",
-	.caps = SV_WIRE_ACKED | SV_WIRE_RNR | SV_WIRE_ATOMICS | SV_WIRE_IMM,
+	.caps = SV_WIRE_ACKED | SV_WIRE_RNR | SV_WIRE_ATOMICS | SV_WIRE_IMM | SV_WIRE_SEND_IMM,
 	TW_WIRE_OPS
 };
 

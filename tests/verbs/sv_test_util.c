@@ -400,3 +400,10 @@ bool tu_wait_qp_event(struct ibv_context *ctx, struct ibv_qp *qp, enum ibv_event
 			 ibv_event_type_str(type), qp->qp_num, d);
 	return true;
 }
+
+bool tu_wire_iwarp(void)
+{
+	const char *w = getenv("SOFTVERBS_WIRE");
+
+	return w && !strcmp(w, "iwarp");
+}

@@ -122,4 +122,15 @@ bool tu_async_leftover(struct ibv_context *ctx, char *msg, size_t len);
 bool tu_wait_qp_event(struct ibv_context *ctx, struct ibv_qp *qp, enum ibv_event_type type,
 		      int timeout_ms);
 
+/* The tests run over a wire SOFTVERBS_WIRE chose: iWARP has no Send with Immediate and
+ * no RNR NAK (docs/conformance.md, "iWARP"), which the tests that need them check. */
+bool tu_wire_iwarp(void);
+#define TU_SKIP_ON_IWARP(why)                                                       \
+	do {                                                                        \
+		if (tu_wire_iwarp()) {                                              \
+			print_message("skipped on iWARP: %s\n", why);               \
+			skip();                                                     \
+		}                                                                   \
+	} while (0)
+
 #endif

@@ -147,7 +147,7 @@ static void test_send_every_size(void **state)
 
 	for (unsigned int k = 0; k < 2 * ARRAY_LEN(sizes); k++) {
 		uint32_t len = sizes[k / 2], seed = 100 + k, room = len + 7;
-		bool imm = k % 2;
+		bool imm = k % 2 && !tu_wire_iwarp(); /* iWARP: no Send with Immediate */
 		struct tp_wr w = tp_wr1(k, imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND, 3, len);
 		struct tp_sge rs = { 5, room };
 		struct ibv_wc wc;
@@ -516,7 +516,8 @@ static void test_chain_of_every_operation_completes_in_order(void **state)
 	w[5].remote_addr = x->pi.addr + ctr;
 	w[5].compare_add = init + 7;
 	w[5].swap = 5;
-	w[6] = tp_wr1(6, IBV_WR_SEND_WITH_IMM, 0x5000, 10);
+	/* (iWARP has no Send with Immediate: a plain SEND there) */
+	w[6] = tp_wr1(6, tu_wire_iwarp() ? IBV_WR_SEND : IBV_WR_SEND_WITH_IMM, 0x5000, 10);
 	w[6].imm = htonl(0x5678);
 	w[7] = tp_wr1(7, IBV_WR_RDMA_WRITE, 0x6000, 1);
 	w[7].remote_addr = x->pi.addr + 0x90000;
@@ -550,7 +551,8 @@ static void test_chain_of_every_operation_completes_in_order(void **state)
 	check_recv_wc(x, &wc[1], IBV_WC_RECV_RDMA_WITH_IMM, 10000, true, htonl(0x1234),
 		      "the chain's RDMA_WRITE_WITH_IMM");
 	tp_expect_eq((long long)wc[2].wr_id, 6, "wr_id", "third receive");
-	check_recv_wc(x, &wc[2], IBV_WC_RECV, 10, true, htonl(0x5678), "the chain's SEND_WITH_IMM");
+	check_recv_wc(x, &wc[2], IBV_WC_RECV, 10, !tu_wire_iwarp(), htonl(0x5678),
+		      "the chain's SEND_WITH_IMM");
 	tp_check_peer(&x->peer, 0x1000, 3000, 10, 0, "the chain's RDMA_WRITE");
 	tp_check_peer(&x->peer, 0x20000, 5000, 11, 0, "the chain's SEND");
 	tp_check_peer(&x->peer, 0x10000, 10000, 12, 0, "the chain's RDMA_WRITE_WITH_IMM");
@@ -924,21 +926,23 @@ static void test_solicited_only_event(void **state)
 	/* The completion is there; an event it raised would be too. */
 	assert_false(tp_cq_event_pending(&x->peer));
 
-	w = tp_wr1(1, IBV_WR_SEND_WITH_IMM, 0, 32);
+	/* (iWARP has no Send with Immediate: a solicited plain SEND there) */
+	w = tp_wr1(1, tu_wire_iwarp() ? IBV_WR_SEND : IBV_WR_SEND_WITH_IMM, 0, 32);
 	w.send_flags |= IBV_SEND_SOLICITED;
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	if (!tp_wait_cq_event(&x->peer, W))
 		fail_msg("no CQ event within %d ms for a solicited SEND_WITH_IMM", W);
 	tp_expect_wc(x->ep.scq, 1, IBV_WC_SUCCESS, W, NULL);
 	tp_expect_peer_wc(&x->peer, false, 1, IBV_WC_SUCCESS, &wc);
-	check_recv_wc(x, &wc, IBV_WC_RECV, 32, true, w.imm, "solicited SEND_WITH_IMM");
+	check_recv_wc(x, &wc, IBV_WC_RECV, 32, !tu_wire_iwarp(), w.imm, "solicited SEND_WITH_IMM");
 
 	/* Not re-armed: another solicited message raises nothing. */
 	w.wr_id = 2;
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 	tp_expect_wc(x->ep.scq, 2, IBV_WC_SUCCESS, W, NULL);
 	tp_expect_peer_wc(&x->peer, false, 2, IBV_WC_SUCCESS, &wc);
-	check_recv_wc(x, &wc, IBV_WC_RECV, 32, true, w.imm, "second solicited SEND_WITH_IMM");
+	check_recv_wc(x, &wc, IBV_WC_RECV, 32, !tu_wire_iwarp(), w.imm,
+		      "second solicited SEND_WITH_IMM");
 	assert_false(tp_cq_event_pending(&x->peer));
 
 	/* Armed for any completion: an unsolicited one raises the event. */
@@ -1059,6 +1063,32 @@ static void test_rnr_waits_then_succeeds(void **state)
 	tp_pair_stop(x);
 }
 
+/* iWARP has no Send with Immediate (RFC 7306 gives Writes one, not Sends): such a WR
+ * completes with a local QP operation error and sends nothing; the peer's receive
+ * stays posted. */
+static void test_send_with_imm_fails_locally_on_iwarp(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	struct tp_wr w = tp_wr1(0, IBV_WR_SEND_WITH_IMM, 0, 32);
+
+	if (!tu_wire_iwarp()) {
+		print_message("skipped: iWARP only (SOFTVERBS_WIRE=iwarp)\n");
+		tp_pair_stop(x);
+		skip();
+	}
+	w.imm = htonl(7);
+	assert_int_equal(tp_post_recv(&x->peer, x->pq, 1, &(struct tp_sge){ 0, 64 }, 1), 0);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 0, IBV_WC_LOC_QP_OP_ERR, W, NULL);
+	{
+		struct ibv_wc wc;
+
+		if (tp_poll(&x->peer, false, 1, 100, &wc) > 0)
+			fail_msg("the peer received a Send with Immediate that was not sent");
+	}
+	tp_pair_stop(x);
+}
+
 /* rnr_retry 0: the first RNR NAK ends it. IBV_WC_RNR_RETRY_EXC_ERR, the QP in Error, what
  * follows flushed; the message is not delivered when a receive comes later, and the
  * responder's QP is not harmed. */
@@ -1067,6 +1097,7 @@ static void test_rnr_retries_exhausted(void **state)
 	struct tp_pair *x = *state;
 	struct tp_wr w[2];
 	struct ibv_wc wc;
+	TU_SKIP_ON_IWARP("no RNR NAK: a Send waits in TCP for its receive, rnr_retry is not counted");
 
 	tp_pair_open(x, BUF_LEN, &rc_opts, NULL);
 	x->lc.rnr_retry = 0;
@@ -1100,6 +1131,7 @@ static void test_rnr_retry_count_and_timer(void **state)
 	struct tp_pair *x = *state;
 	struct tp_wr w = tp_wr1(0, IBV_WR_SEND, 0, 100);
 	long long t0, dt;
+	TU_SKIP_ON_IWARP("no RNR NAK: a Send waits in TCP for its receive, rnr_retry is not counted");
 
 	tp_pair_open(x, BUF_LEN, &rc_opts, NULL);
 	x->lc.rnr_retry = 2;
@@ -1311,6 +1343,7 @@ int main(int argc, char **argv)
 		T(test_solicited_only_event),
 		T(test_srq_receives_and_limit_event),
 		T(test_rnr_waits_then_succeeds),
+		T(test_send_with_imm_fails_locally_on_iwarp),
 		T(test_rnr_retries_exhausted),
 		T(test_rnr_retry_count_and_timer),
 		T(test_fork_while_busy_child_uses_verbs),

@@ -666,6 +666,17 @@ static int timers(struct sv_qp *qp)
 	return 0;
 }
 
+/* sq.lock: RFC 7306's atomics and Write with Immediate where both ends take them; a
+ * Send with Immediate has no iWARP form at all. */
+static uint32_t conn_caps(struct sv_qp *qp)
+{
+	uint32_t caps = SV_WIRE_ACKED | SV_WIRE_ORDERED;
+
+	if (iw_of(qp)->ext)
+		caps |= SV_WIRE_ATOMICS | SV_WIRE_IMM;
+	return caps;
+}
+
 static uint32_t bad_pkeys(struct sv_qp *qp)
 {
 	(void)qp;
@@ -675,6 +686,7 @@ static uint32_t bad_pkeys(struct sv_qp *qp)
 const struct sv_wire_ops sv_wire_iwarp = {
 	.name = "iwarp",
 	.caps = SV_WIRE_ACKED | SV_WIRE_ORDERED | SV_WIRE_ATOMICS | SV_WIRE_IMM,
+	.conn_caps = conn_caps,
 	.seg_min = IW_FPDU_PAYLOAD,
 	.qp_init = qp_init,
 	.qp_fini = qp_fini,
