@@ -474,6 +474,12 @@ static void *progress_main(void *arg)
 		atomic_fetch_add_explicit(&sv_engine_look, 1, memory_order_relaxed);
 		if (!pass_all(busy ? PASS_ARM_UNPOLLED : PASS_ARM, &timed)) {
 			pass_all(PASS_DISARM, &timed);
+			/* A QP that will not arm must not keep the watches from being served
+			 * (connections handed to us, peers attaching). */
+			if (now - last_sockets > SOCKETS_NS) {
+				last_sockets = now;
+				sv_engine_serve(0);
+			}
 			continue;
 		}
 		timeout = busy || timed ? 1 : -1;

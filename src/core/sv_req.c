@@ -518,6 +518,7 @@ static enum tx_result ud_reach(struct sv_qp *qp, uint32_t dest)
 		qp->want_qpn = dest;
 		return TX_BLOCKED;
 	case SV_REACH_WAIT:
+	case SV_REACH_CONNECTING:
 		return TX_BLOCKED;
 	case SV_REACH_PARTITION:
 		if (qp->wire->dropped)
@@ -675,6 +676,8 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 		break;
 	case SV_REACH_WAIT:
 		return tx_wait_peer(qp, w);
+	case SV_REACH_CONNECTING:
+		return TX_BLOCKED;
 	case SV_REACH_NO_PEER:
 		if (sv_hint(qp->connect_pending)) {
 			/* Attach with no lock held (sv_qp_tx_connect), then transmit. */
@@ -774,8 +777,13 @@ void sv_qp_tx_locked(struct sv_qp *qp)
 	/* IBA 10.8.3.3: nothing after a failed WR executes (it will be flushed). A claimed
 	 * transmit is another thread's: it goes on when its copy is done. */
 	if (st != IBV_QPS_RTS || atomic_load(&qp->err_event) != SV_ERR_NONE || qp->tx_stopped ||
-	    qp->tx_claimed)
+	    qp->tx_claimed) {
+		/* Nothing goes now: a kick (a wire's peer ready before RTS) is not left for
+		 * the progress thread to spin on; RTS transmits anyway. */
+		if (st != IBV_QPS_RTS && st != IBV_QPS_SQD)
+			sv_set_hint(qp->tx_kick, false);
 		return;
+	}
 	sv_set_hint(qp->tx_blocked, false);
 	sv_set_hint(qp->tx_kick, false);
 	while (qp->sq_next != qp->sq.head) {

@@ -106,7 +106,10 @@ enum sv_wire_caps {
 /* Whether a QP's peer can take a message now (sv_wire_ops.reach). */
 enum sv_reach {
 	SV_REACH_READY,       /* send */
-	SV_REACH_WAIT,        /* not yet (the peer has not reached RTR, or is full): later */
+	SV_REACH_WAIT,        /* not yet (the peer has not reached RTR, or is full): later;
+			       * the transport retry timer runs */
+	SV_REACH_CONNECTING,  /* the connection to the peer is being set up: later, the
+			       * timer not yet running (the wire bounds the set-up) */
 	SV_REACH_NO_PEER,     /* not attached: the core attaches (connect) with no lock held */
 	SV_REACH_UNREACHABLE, /* an attach to it just failed: the message is lost */
 	SV_REACH_PARTITION,   /* its P_Key does not match ours: dropped, and counted */

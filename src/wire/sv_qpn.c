@@ -166,4 +166,8 @@ void sv_qpn_atfork_parent(void)
 void sv_qpn_atfork_child(void)
 {
 	pthread_mutex_init(&qpn_lock, NULL);
+	/* The child's copies of the parent's block sockets go now, not at its first QP: a
+	 * child that makes none would keep the parent's blocks claimed after the parent died
+	 * (the kernel drops a name only when its last descriptor closes). */
+	forget_inherited();
 }

@@ -9,6 +9,7 @@ const char *const iw_link_name[] = {
 	[IW_LINK_NONE] = "none",
 	[IW_LINK_DIALING] = "dialing",
 	[IW_LINK_EXPECTING] = "expecting",
+	[IW_LINK_REDIAL] = "redialing",
 	[IW_LINK_UP] = "up",
 	[IW_LINK_DOWN] = "down",
 };

@@ -35,6 +35,7 @@ enum {
 	IW_BUDGET = 64,          /* FPDUs per poll */
 	IW_DIAL_TIMEOUT_MS = 3000,
 	IW_IRD_ORD_MAX = 128,    /* as siw (RFC 6581 words hold 14 bits) */
+	IW_SETUP_GRACE_MS = 1000, /* the connection's set-up, before the retry timer runs */
 };
 
 /* --- what this process set up once ---------------------------------------------------------- */
@@ -53,6 +54,28 @@ static bool want_crc(void)
 	const char *e = getenv("SOFTVERBS_IWARP_CRC");
 
 	return !e || strcmp(e, "0") != 0; /* on by default between softverbs hosts */
+}
+
+/*
+ * A peer that goes silent (its host down, the path cut: no reset ever comes) is found
+ * within SOFTVERBS_IWARP_TIMEOUT_MS (default 10 s; 0: never): TCP keepalive probes while
+ * idle, TCP_USER_TIMEOUT while data waits for acknowledgement (RFC 5482). The socket then
+ * fails (ETIMEDOUT) and the QP enters Error.
+ */
+static void tune(int fd)
+{
+	const char *e = getenv("SOFTVERBS_IWARP_TIMEOUT_MS");
+	int ms = e ? atoi(e) : 10000, one = 1, idle, cnt, intvl = 1;
+
+	if (ms <= 0)
+		return;
+	idle = ms / 2000 > 0 ? ms / 2000 : 1;
+	cnt = (ms - idle * 1000) / 1000 > 0 ? (ms - idle * 1000) / 1000 : 1;
+	(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
 }
 
 /* A QPN block this wire claimed: its shm attach socket is answered by a hang-up (a shm
@@ -101,10 +124,16 @@ static int qp_init(struct sv_qp *qp, uint32_t *qpn)
 
 	if (!iq)
 		return -ENOMEM;
+	iq->dial_want = calloc(1, sizeof(*iq->dial_want));
+	if (!iq->dial_want) {
+		free(iq);
+		return -ENOMEM;
+	}
 	sv_engine_lock();
 	err = claim_qpn(qp, qpn);
 	sv_engine_unlock();
 	if (err) {
+		free(iq->dial_want);
 		free(iq);
 		return err;
 	}
@@ -136,6 +165,7 @@ static void qp_fini(struct sv_qp *qp)
 		sched_yield();
 	pthread_spin_destroy(&iq->txq_lock);
 	qp->wire_qp = NULL;
+	free(iq->dial_want);
 	free(iq);
 }
 
@@ -175,6 +205,9 @@ struct iw_dial {
 	uint64_t watch;
 	bool kept;
 	bool crc; /* asked for: the peer echoes it (a goodbye before its reply needs it) */
+	struct sockaddr_storage to;
+	socklen_t to_len;
+	struct iw_params want;
 };
 static struct iw_dial expecting; /* the passive side's: nothing to dial */
 
@@ -223,6 +256,10 @@ static int qp_connect(struct sv_qp *qp, uint32_t qpn, void **conn)
 	}
 	d->fd = fd;
 	d->crc = want.crc;
+	d->to = ss;
+	d->to_len = len;
+	d->want = want;
+	tune(fd);
 	sv_engine_lock();
 	err = sv_engine_watch_oneshot_locked(fd, on_event, iq, &d->watch);
 	sv_engine_unlock();
@@ -247,6 +284,7 @@ static void *attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
 		return d == &expecting ? NULL : d; /* connected already: this one goes */
 	iq->peer_qpn = qpn;
 	iq->adopted = false;
+	iq->deadline = sv_now_ns() + IW_SETUP_GRACE_MS * 1000000ull;
 	iw_rx_reset(iq);
 	iw_tx_reset(iq);
 	if (d == &expecting) {
@@ -258,6 +296,10 @@ static void *attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
 	atomic_store(&iq->fd, d->fd);
 	iq->watch = d->watch;
 	iq->crc = d->crc;
+	iq->dial_to = d->to;
+	iq->dial_len = d->to_len;
+	*iq->dial_want = d->want;
+	iq->redial_wait_ms = 10;
 	atomic_store(&iq->link, IW_LINK_DIALING);
 	d->kept = true;
 	/* The progress thread may sleep with this QP unwatched: it arms it anew. */
@@ -347,7 +389,10 @@ static enum sv_reach reach(struct sv_qp *qp, uint32_t dest_qpn)
 		return SV_REACH_READY;
 	case IW_LINK_DIALING:
 	case IW_LINK_EXPECTING:
-		return SV_REACH_WAIT;
+	case IW_LINK_REDIAL:
+		/* The hand-over and the MPA exchange take a moment (more on a loaded host):
+		 * the peer not answering counts against the transport timer only after it. */
+		return sv_now_ns() < iw_of(qp)->deadline ? SV_REACH_CONNECTING : SV_REACH_WAIT;
 	case IW_LINK_DOWN:
 		return SV_REACH_UNREACHABLE;
 	default:
@@ -404,6 +449,7 @@ static void incoming(int fd, const struct iw_params *p)
 		return;
 	}
 	iq = iw_of(qp);
+	sv_dbg("iwarp qp %u: a connection from qp %u handed over", iq->qpn, p->src_qpn);
 	iq->incoming_params = (struct iw_params_in){ .src_qpn = p->src_qpn, .ird = p->ird,
 						     .ord = p->ord, .crc = p->crc, .ext = p->ext };
 	old = atomic_exchange(&iq->incoming, fd);
@@ -433,6 +479,7 @@ static void adopt(struct sv_qp *qp, struct iw_qp *iq)
 		close(fd);
 		return;
 	}
+	tune(fd);
 	mine = (struct iw_params){
 		.src_qpn = iq->qpn, .dest_qpn = iq->peer_qpn,
 		.crc = iq->incoming_params.crc, /* RFC 5044 §7.1: C echoes the request's */
@@ -471,6 +518,73 @@ static void adopt(struct sv_qp *qp, struct iw_qp *iq)
 	       iq->crc, iq->ext);
 }
 
+/* rx_busy: lets go of a dial that broke; timers dials again. */
+static void redial_later(struct sv_qp *qp, struct iw_qp *iq)
+{
+	uint64_t watch;
+	int fd;
+
+	sv_spin_lock(&qp->sq.lock);
+	fd = atomic_exchange(&iq->fd, -1);
+	watch = iq->watch;
+	iq->watch = 0;
+	atomic_store(&iq->link, IW_LINK_REDIAL);
+	atomic_store(&iq->redial_at, sv_now_ns() + iq->redial_wait_ms * 1000000ull);
+	pthread_spin_unlock(&qp->sq.lock);
+	sv_dbg("iwarp qp %u: the dial to qp %u broke before the reply: again in %u ms", iq->qpn,
+	       iq->peer_qpn, iq->redial_wait_ms);
+	if (iq->redial_wait_ms < 1000)
+		iq->redial_wait_ms *= 2;
+	if (fd >= 0) {
+		sv_engine_lock();
+		sv_engine_unwatch_locked(watch);
+		sv_engine_unlock();
+		close(fd);
+	}
+	iw_rx_reset(iq);
+}
+
+/* No lock: a dial again, once its time came. */
+static void redial(struct sv_qp *qp, struct iw_qp *iq)
+{
+	uint64_t watch = 0;
+	int fd;
+
+	if (atomic_load(&iq->link) != IW_LINK_REDIAL || sv_now_ns() < atomic_load(&iq->redial_at))
+		return;
+	atomic_store(&iq->redial_at, UINT64_MAX); /* one dialer at a time */
+	fd = iw_conn_dial((struct sockaddr *)&iq->dial_to, iq->dial_len, iq->dial_want, 200);
+	if (fd >= 0) {
+		tune(fd);
+		sv_engine_lock();
+		if (sv_engine_watch_oneshot_locked(fd, on_event, iq, &watch)) {
+			close(fd);
+			fd = -1;
+		}
+		sv_engine_unlock();
+	}
+	sv_rx_lock(qp);
+	sv_qp_sq_lock_unclaimed(qp);
+	if (fd >= 0 && atomic_load(&iq->link) == IW_LINK_REDIAL) {
+		atomic_store(&iq->fd, fd);
+		iq->watch = watch;
+		atomic_store(&iq->link, IW_LINK_DIALING);
+		fd = -1;
+	} else if (atomic_load(&iq->link) == IW_LINK_REDIAL) {
+		atomic_store(&iq->redial_at, sv_now_ns() + iq->redial_wait_ms * 1000000ull);
+	}
+	pthread_spin_unlock(&qp->sq.lock);
+	sv_rx_unlock(qp);
+	if (fd >= 0) { /* not wanted any more */
+		sv_engine_lock();
+		sv_engine_unwatch_locked(watch);
+		sv_engine_unlock();
+		close(fd);
+	} else {
+		sv_engine_kick();
+	}
+}
+
 /* rx_busy, DIALING: the peer's MPA reply. */
 static void dialing(struct sv_qp *qp, struct iw_qp *iq)
 {
@@ -479,6 +593,12 @@ static void dialing(struct sv_qp *qp, struct iw_qp *iq)
 
 	if (r == 0)
 		return;
+	if (r < 0 && r != -ECONNREFUSED && r != -EPROTO) {
+		/* The connection ended before any reply: the host's port changing hands (its
+		 * holder exited under our dial). Dial again (timers). */
+		redial_later(qp, iq);
+		return;
+	}
 	if (r < 0 || got.src_qpn != iq->peer_qpn || got.dest_qpn != iq->qpn) {
 		sv_dbg("iwarp qp %u: qp %u %s", iq->qpn, iq->peer_qpn,
 		       r == -ECONNREFUSED ? "refused the connection" : "gave a bad MPA reply");
@@ -509,6 +629,7 @@ int iw_qp_adopt(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t ird, uint
 	if (atomic_load(&iq->link) != IW_LINK_NONE && atomic_load(&iq->link) != IW_LINK_DOWN)
 		return -EBUSY;
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	tune(fd);
 	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK))
 		return -errno;
 	sv_engine_lock();
@@ -653,7 +774,8 @@ static bool needs_timer(struct sv_qp *qp)
 {
 	struct iw_qp *iq = iw_of(qp);
 
-	return has_work(iq) || atomic_load(&iq->link) == IW_LINK_EXPECTING;
+	return has_work(iq) || atomic_load(&iq->link) == IW_LINK_EXPECTING ||
+	       atomic_load(&iq->link) == IW_LINK_REDIAL;
 }
 
 static int timers(struct sv_qp *qp)
@@ -663,6 +785,10 @@ static int timers(struct sv_qp *qp)
 	/* The port's holder may have gone: someone must answer it while we expect a peer. */
 	if (atomic_load(&iq->link) == IW_LINK_EXPECTING)
 		(void)iw_conn_port_ensure();
+	if (atomic_load(&iq->link) == IW_LINK_REDIAL) {
+		redial(qp, iq);
+		return 1;
+	}
 	return 0;
 }
 

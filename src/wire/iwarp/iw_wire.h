@@ -28,6 +28,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include "core/sv_obj.h"
@@ -50,6 +51,8 @@ enum iw_link {
 	IW_LINK_NONE,      /* no connection (RESET, or before RTR) */
 	IW_LINK_DIALING,   /* we connected and sent the MPA request; the reply is awaited */
 	IW_LINK_EXPECTING, /* the peer connects to us (the lower QPN, or the GID order) */
+	IW_LINK_REDIAL,    /* the connection broke before the reply (the host's port changed
+			    * hands): dial again (timers) */
 	IW_LINK_UP,        /* FPDUs flow */
 	IW_LINK_DOWN,      /* closed, reset or terminated: nothing more goes or comes */
 };
@@ -106,7 +109,13 @@ struct iw_qp {
 	bool crc;                     /* MPA CRC negotiated */
 	bool ext;                     /* RFC 7306 negotiated */
 	uint16_t ird, ord;            /* negotiated */
-	uint64_t deadline;            /* ns: DIALING/EXPECTING give up then (0: none) */
+	uint64_t deadline;            /* ns: the set-up's grace ends (reach: CONNECTING before) */
+	/* the dialer's: where and what it dialed, to dial again (REDIAL) */
+	struct sockaddr_storage dial_to;
+	socklen_t dial_len;
+	struct iw_params *dial_want;  /* (iw_conn.h's; allocated with the QP) */
+	_Atomic uint64_t redial_at;   /* ns */
+	uint32_t redial_wait_ms;
 	_Atomic int incoming;         /* an accepted connection handed to us (fd, or -1) */
 	struct iw_params_in {         /* ... and what its MPA request said */
 		uint32_t src_qpn;
