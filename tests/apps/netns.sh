@@ -32,7 +32,8 @@
 #   ns_wait_exit PID SECS           wait for PID at most SECS, then TERM it; its status
 #   ns_gid_index NS ADDR            the index of ADDR's GID (::ffff:a.b.c.d or the IPv6
 #                                   address) in `softverbs run ibv_devinfo -v` run in NS
-#   ns_link_bytes NS [IF]           rx + tx bytes of IF (veth0) in NS
+#   ns_link_count NS bytes|packets [IF]
+#                                   rx + tx bytes (or packets) of IF (veth0) in NS
 #   ns_collect [FILE...]            print each namespace's addresses, routes and sockets
 #                                   and the last lines of each FILE (for a failure)
 # Needs $SV (softverbs' CLI) for ns_gid_index only.
@@ -238,9 +239,9 @@ ns_gid_index() {
       END { exit !found }'
 }
 
-ns_link_bytes() {
-  local d=/sys/class/net/${2:-veth0}/statistics
-  ip netns exec "$1" cat "$d/rx_bytes" "$d/tx_bytes" 2>/dev/null | awk '{ s += $1 } END { print s + 0 }'
+ns_link_count() {
+  local d=/sys/class/net/${3:-veth0}/statistics
+  ip netns exec "$1" cat "$d/rx_$2" "$d/tx_$2" 2>/dev/null | awk '{ s += $1 } END { print s + 0 }'
 }
 
 ns_collect() {
@@ -248,7 +249,7 @@ ns_collect() {
   for ns in "${NS_ALL[@]}"; do
     echo "    --- namespace $ns"
     { ip -n "$ns" -br addr; ip -n "$ns" route; ip -n "$ns" -6 route
-      ip netns exec "$ns" ss -tanH; } 2>&1 | sed 's/^/      /'
+      ip netns exec "$ns" ss -tanH exclude time-wait; } 2>&1 | sed 's/^/      /'
   done
   for f in "$@"; do
     [ -e "$f" ] || continue
