@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # a library: its caller reads NS_A, NS_PID, ...
 # tests/apps/netns.sh — network namespaces for the tests between hosts (sourced, not run:
 # `. tests/apps/netns.sh`; works with or without lib.sh, before or after it).
 #
@@ -102,6 +102,7 @@ ns_cleanup() {
 
 # Chain the EXIT trap: the one set before (lib.sh's), then ours.
 _ns_prev_exit=
+_ns_prev=()
 if [ -n "$(trap -p EXIT)" ]; then
   eval "_ns_prev=($(trap -p EXIT))"
   _ns_prev_exit=${_ns_prev[2]}

@@ -244,7 +244,7 @@ perftest_case() {
   *_lat) size=2 ;;
   *) size=65536 ;;
   esac
-  local args=(-d softverbs0 -p $p -s $size -n $iters)
+  local args=(-d softverbs0 -p "$p" -s "$size" -n "$iters")
   if [ "$name" != "$prog" ]; then
     srv=("$prog" -R "${args[@]}")
     cli=("$prog" -R "${args[@]}" 10.77.0.1)
