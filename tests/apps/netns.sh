@@ -34,6 +34,13 @@
 #                                   address) in `softverbs run ibv_devinfo -v` run in NS
 #   ns_link_count NS bytes|packets [IF]
 #                                   rx + tx bytes (or packets) of IF (veth0) in NS
+#   ns_capture_start NS IF FILE PEER_NS ADDR [FILTER]
+#                                   tshark on IF in NS writing FILE (capture filter
+#                                   FILTER, default "tcp", plus the probes); returns once
+#                                   it captures: PEER_NS pings ADDR (in NS) until tshark
+#                                   has printed a probe (bounded: 20 s)
+#   ns_capture_stop                 the same probe again, so that every packet before it
+#                                   is in FILE, then stops tshark (bounded: 20 s)
 #   ns_collect [FILE...]            print each namespace's addresses, routes and sockets
 #                                   and the last lines of each FILE (for a failure)
 # Needs $SV (softverbs' CLI) for ns_gid_index only.
@@ -257,4 +264,34 @@ ns_collect() {
     echo "    --- $(basename "$f") (last lines)"
     tail -n 8 "$f" | sed 's/^/      /'
   done
+}
+
+# _ns_probe ID: PEER pings ADDR with ICMP identifier ID until tshark's summary shows it.
+_ns_probe() {
+  local id=$1 hex deadline=$((SECONDS + 20))
+  hex=$(printf 'id=0x%04x' "$id")
+  until grep -q "$hex" "$NS_CAP_LOG"; do
+    if [ $SECONDS -ge $deadline ] || ! kill -0 "$NS_CAP_PID" 2>/dev/null; then
+      echo "    tshark did not see the probe ($hex) within 20 s:"
+      tail -n 5 "$NS_CAP_LOG" | sed 's/^/      /'
+      return 1
+    fi
+    ip netns exec "$NS_CAP_PEER" timeout 2 ping -n -c 1 -W 0.2 -e "$id" "$NS_CAP_ADDR" >/dev/null 2>&1
+  done
+}
+
+ns_capture_start() {
+  NS_CAP_PEER=$4 NS_CAP_ADDR=$5
+  NS_CAP_LOG=$3.log
+  ns_bg "$1" 600 tshark -l -P -n -i "$2" -w "$3" -f "(${6:-tcp}) or icmp" >"$NS_CAP_LOG" 2>&1
+  NS_CAP_PID=$NS_PID
+  _ns_probe 30001
+}
+
+ns_capture_stop() {
+  local rc=0
+  _ns_probe 30002 || rc=1
+  kill -INT "$NS_CAP_PID" 2>/dev/null
+  ns_wait_exit "$NS_CAP_PID" 20 >/dev/null
+  return $rc
 }
