@@ -16,7 +16,8 @@ set -uo pipefail
 
 usage() {
 	cat <<'EOF'
-usage: bench/iwarp_netns.sh [--rounds N] [--seconds S] [--baselines-only] [--out DIR]
+usage: bench/iwarp_netns.sh [--rounds N] [--seconds S] [--quiet-wait S] [--baselines-only]
+                            [--out DIR]
 
 Across a veth pair between two network namespaces (server in A on CPU 0, client
 in B on CPU 1, each under taskset and timeout), N rounds (default 3) of:
@@ -27,11 +28,14 @@ in B on CPU 1, each under taskset and timeout), N rounds (default 3) of:
   ucx_perftest, UCX_TLS=tcp: tag_lat 8 B, ucp_put_bw 1 MiB and 8 B, ucp_get 1 MiB
   softverbs (SOFTVERBS_WIRE=iwarp): ib_send_lat -s 2, ib_write_bw -s 1048576,
   ib_read_bw -s 1048576, ib_write_bw -s 8 -t 128 -l 32 -N (message rate)
-Each figure is the median of its rounds; the table gives softverbs / baseline.
+Each figure is the median of its rounds; the table gives softverbs / baseline. Each
+line shows the 1-minute load when its run began (the machine may be shared).
 
 options:
   --rounds N         rounds of every measurement (default 3)
   --seconds S        duration of each sockperf and iperf3 run (default 5)
+  --quiet-wait S     before each round, wait up to S seconds (default 0) for the
+                     1-minute load to fall to 1.5 or below; the load is noted anyway
   --baselines-only   skip the softverbs runs
   --out DIR          keep every log in DIR
   -h, --help         this text
@@ -46,12 +50,14 @@ cd "$(dirname "$0")/.." || exit 2
 
 rounds=3
 seconds=5
+quiet_wait=0
 with_sv=1
 out_dir=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rounds) rounds=${2:?}; shift ;;
 	--seconds) seconds=${2:?}; shift ;;
+	--quiet-wait) quiet_wait=${2:?}; shift ;;
 	--baselines-only) with_sv=0 ;;
 	--out) out_dir=${2:?}; shift ;;
 	-h | --help) usage; exit 0 ;;
@@ -59,8 +65,8 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-[[ $rounds =~ ^[1-9][0-9]*$ && $seconds =~ ^[1-9][0-9]*$ ]] ||
-	{ echo "iwarp_netns.sh: --rounds and --seconds take positive integers" >&2; exit 2; }
+[[ $rounds =~ ^[1-9][0-9]*$ && $seconds =~ ^[1-9][0-9]*$ && $quiet_wait =~ ^[0-9]+$ ]] ||
+	{ echo "iwarp_netns.sh: --rounds, --seconds and --quiet-wait take integers" >&2; exit 2; }
 
 build_dir=${SOFTVERBS_BUILD:-build}
 SV=$build_dir/bin/softverbs
@@ -132,6 +138,7 @@ run() {
 	while [ $# -gt 0 ] && [ "$1" != :: ]; do srv+=("$1"); shift; done
 	shift
 	cli=("$@")
+	run_load=$(load)
 	run_srv="[A] ${srv[*]}"
 	run_cli="[B] ${cli[*]}"
 	ns_bg "$NS_A" "$T" "${srv[@]}" >"$tmp/$name.srv" 2>&1
@@ -168,11 +175,11 @@ record() {
 	if [ -n "$val" ]; then
 		fig_vals[$key]="${fig_vals[$key]:-} $val"
 		printf '  %-44s %10s %-5s  %s\n' "$label" "$val" "$unit" "$run_cli"
-		printf '  %-44s %10s %-5s  %s\n' "" "" "" "$run_srv"
+		printf '  %-44s %10s %-5s  %s\n' "(load $run_load)" "" "" "$run_srv"
 	else
 		fig_fail[$key]="$run_status; $(last_words "$tmp/$key.cli") / $(last_words "$tmp/$key.srv")"
 		printf '  %-44s %10s %-5s  %s\n' "$label" "n/a" "" "(failed: ${fig_fail[$key]})"
-		printf '  %-44s %10s %-5s  %s\n' "" "" "" "$run_cli"
+		printf '  %-44s %10s %-5s  %s\n' "(load ${run_load:-?})" "" "" "$run_cli"
 		printf '  %-44s %10s %-5s  %s\n' "" "" "" "$run_srv"
 	fi
 }
@@ -283,11 +290,20 @@ sv() {
 }
 declare -A sv_gave_up
 
+# quiet: wait (at most --quiet-wait seconds) for the 1-minute load to be 1.5 or below.
+quiet() {
+	local deadline=$((SECONDS + quiet_wait))
+	while awk -v l="$(load)" 'BEGIN { exit !(l > 1.5) }' && [ $SECONDS -lt $deadline ]; do
+		sleep 5
+	done
+}
+
 for ((r = 1; r <= rounds; r++)); do
+	quiet
 	echo "== round $r of $rounds (load $(load))"
 	sockperf_lat
 	iperf3_bw
-	fi_pp fi_lat 2 10000 7 "fi_pingpong tcp 2 B, one way (mean)" µs
+	fi_pp fi_lat 2 100000 7 "fi_pingpong tcp 2 B, one way (mean)" µs
 	fi_pp fi_1m 1048576 1000 6 "fi_pingpong tcp 1 MiB (ping-pong)" MB/s
 	fi_rma
 	ucx ucx_tag_lat tag_lat 8 100000 3 1 "ucx_perftest tcp tag_lat 8 B (p50)" µs
