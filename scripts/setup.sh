@@ -6,10 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Build dependencies and the rdma-core programs the tests run unmodified.
+# Build dependencies and the rdma-core programs the tests run unmodified; iproute2,
+# iputils-ping and tshark for the tests between network namespaces (tests/apps/netns.sh).
 PACKAGES=(build-essential cmake pkg-config clang libclang-rt-14-dev libcmocka-dev
           libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest libisal-dev
-          python3 python3-pyverbs iproute2)
+          python3 python3-pyverbs iproute2 iputils-ping tshark)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -41,6 +41,64 @@ count_lines() {
   [ "$n" -eq "$3" ] || { echo "    $(basename "$1"): $n lines match '$2', expected $3"; return 1; }
 }
 
+# transcript FILE ERE...: FILE holds exactly one line per ERE, each matching its ERE
+# whole, in order. Shows the difference otherwise.
+transcript() {
+  local file=$1 i=0 line; shift
+  local want=("$@") got=()
+  mapfile -t got <"$file"
+  if [ ${#got[@]} -ne ${#want[@]} ]; then
+    echo "    $(basename "$file"): ${#got[@]} lines, expected ${#want[@]}:"
+    head -n 8 "$file" | sed 's/^/      /'
+    return 1
+  fi
+  for line in "${got[@]}"; do
+    if ! [[ $line =~ ^${want[$i]}$ ]]; then
+      echo "    $(basename "$file") line $((i + 1)): '$line' does not match '${want[$i]}'"
+      return 1
+    fi
+    i=$((i + 1))
+  done
+}
+
+# rping_data N PREFIX: the lines rping -v prints for N pings of its default 64 bytes:
+# "rdma-ping-K: " then letters from 'A' + K (wrapping from 'z' to 'A') to byte 63.
+rping_data() {
+  awk -v n="$1" -v pre="$2" 'BEGIN {
+    start = 65
+    for (k = 0; k < n; k++) {
+      s = sprintf("rdma-ping-%d: ", k)
+      for (c = start; length(s) < 63; c = c == 122 ? 65 : c + 1)
+        s = s sprintf("%c", c)
+      start = start == 122 ? 65 : start + 1
+      print pre "ping data: " s
+    }
+  }'
+}
+
+# late_cm ERRLOG STATUS: rping's race at exit. Its main thread destroys the event channel
+# its CM thread reads, never joining that thread: if the thread comes back to
+# rdma_get_cm_event only after the destruction (a loaded machine), it gets EBADF — as
+# with rdma-core, whose read of the closed descriptor fails the same way — prints this
+# and exits 255 after the last ping.
+late_cm() {
+  [ "$2" -eq 255 ] && [ "$(tail -n 1 "$1")" = "rdma_get_cm_event: Bad file descriptor" ]
+}
+
+# rows FILE ITERS SIZE...: FILE's result rows are exactly one per SIZE, in order, each
+# "SIZE ITERS figures..." with its fourth column (BW average, t_max) above zero.
+rows() {
+  local file=$1 iters=$2; shift 2
+  local want got
+  want=$(printf '%s\n' "$@")
+  got=$(awk -v n="$iters" '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 4 {
+          print $1 ($2 == n && $4 + 0 > 0 ? "" : " (iterations " $2 ", figure " $4 ")") }' "$file")
+  [ "$got" = "$want" ] && return 0
+  echo "    $(basename "$file"): result rows ${got//$'\n'/ }, expected $* x $iters"
+  return 1
+}
+no_error() { count_lines "$1" "[Ee]rror|[Ff]ail|[Cc]ouldn't|[Uu]nable" 0; }
+
 finish() {
   echo "$(basename "$0" .sh): $PASS passed, $FAIL failed"
   [ "$FAIL" -eq 0 ]

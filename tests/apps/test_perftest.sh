@@ -9,20 +9,6 @@ need ib_send_lat
 P=18620
 N=1000
 
-# rows FILE ITERS SIZE...: FILE's result rows are exactly one per SIZE, in order, each
-# "SIZE ITERS figures..." with its fourth column (BW average, t_max) above zero.
-rows() {
-  local file=$1 iters=$2; shift 2
-  local want got
-  want=$(printf '%s\n' "$@")
-  got=$(awk -v n="$iters" '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 4 {
-          print $1 ($2 == n && $4 + 0 > 0 ? "" : " (iterations " $2 ", figure " $4 ")") }' "$file")
-  [ "$got" = "$want" ] && return 0
-  echo "    $(basename "$file"): result rows ${got//$'\n'/ }, expected $* x $iters"
-  return 1
-}
-no_error() { count_lines "$1" "[Ee]rror|[Ff]ail|[Cc]ouldn't|[Uu]nable" 0; }
-
 # perf NAME SIZE ITERS PROGRAM ARGS...: a checked pair; SIZE "-" for the default size,
 # "all" for -a (2 to 8 MiB).
 perf() {

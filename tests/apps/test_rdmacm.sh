@@ -31,41 +31,6 @@ ipv6)
 *) echo "usage: $0 BUILD_DIR [ipv4|ipv6]"; exit 2 ;;
 esac
 
-# transcript FILE ERE...: FILE holds exactly one line per ERE, each matching its ERE
-# whole, in order. Shows the difference otherwise.
-transcript() {
-  local file=$1 i=0 line; shift
-  local want=("$@") got=()
-  mapfile -t got <"$file"
-  if [ ${#got[@]} -ne ${#want[@]} ]; then
-    echo "    $(basename "$file"): ${#got[@]} lines, expected ${#want[@]}:"
-    head -n 8 "$file" | sed 's/^/      /'
-    return 1
-  fi
-  for line in "${got[@]}"; do
-    if ! [[ $line =~ ^${want[$i]}$ ]]; then
-      echo "    $(basename "$file") line $((i + 1)): '$line' does not match '${want[$i]}'"
-      return 1
-    fi
-    i=$((i + 1))
-  done
-}
-
-# rping_data N PREFIX: the lines rping -v prints for N pings of its default 64 bytes:
-# "rdma-ping-K: " then letters from 'A' + K (wrapping from 'z' to 'A') to byte 63.
-rping_data() {
-  awk -v n="$1" -v pre="$2" 'BEGIN {
-    start = 65
-    for (k = 0; k < n; k++) {
-      s = sprintf("rdma-ping-%d: ", k)
-      for (c = start; length(s) < 63; c = c == 122 ? 65 : c + 1)
-        s = s sprintf("%c", c)
-      start = start == 122 ? 65 : start + 1
-      print pre "ping data: " s
-    }
-  }'
-}
-
 # mckey_pair NAME GROUP MGID: a receiver joins GROUP (2 ids), the sender sends 20
 # messages on each once both memberships exist (multicast has no port to wait for: the
 # receiver's memberships show in /proc/net/unix as @softverbs/mcast/MGID/QPN).
@@ -94,15 +59,6 @@ mckey_pair() {
   if [ $src -ne 0 ] || [ $rrc -ne 0 ]; then
     tail -n 5 "$TMP/$name.rcv" "$TMP/$name.snd" | sed 's/^/    /'
   fi
-}
-
-# late_cm ERRLOG STATUS: rping's race at exit. Its main thread destroys the event channel
-# its CM thread reads, never joining that thread: if the thread comes back to
-# rdma_get_cm_event only after the destruction (a loaded machine), it gets EBADF — as
-# with rdma-core, whose read of the closed descriptor fails the same way — prints this
-# and exits 255 after the last ping.
-late_cm() {
-  [ "$2" -eq 255 ] && [ "$(tail -n 1 "$1")" = "rdma_get_cm_event: Bad file descriptor" ]
 }
 
 # cm_pair NAME PORT "SERVER ARGS" "CLIENT ARGS" [stop|-] [late-cm]: like pair, with

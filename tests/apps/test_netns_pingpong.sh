@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# Debian's unmodified RDMA programs between two hosts: two network namespaces joined by a
+# veth pair (tests/apps/netns.sh), the server in A (10.77.0.1, fd77::1), the client in B
+# (10.77.0.2, fd77::2), each under `softverbs run` with SOFTVERBS_WIRE=iwarp and bounded
+# by timeout. Each case checks both exit statuses, what the programs print (as the
+# one-host tests do: byte and iteration counts, -c's buffer check, rping -V's data,
+# whole transcripts, perftest's result rows) and that the data crossed the veth pair
+# (B's veth0 counters: at least the payload's bytes, or one packet per message each way,
+# so a run that stayed on one host's shared memory cannot pass).
+# The programs that exchange QPN/GID themselves (the pingpongs, perftest without -R, the
+# walk-through) get on each side -g/-x with the index of that side's own address's GID
+# (::ffff:10.77.0.1 in A, ::ffff:10.77.0.2 in B), read from `softverbs run ibv_devinfo -v`
+# run in that namespace.
+#
+#   test_netns_pingpong.sh [BUILD_DIR] [CASE...]   the cases named (default: all)
+#   test_netns_pingpong.sh [BUILD_DIR] --list      the cases
+# BUILD_DIR defaults to $SOFTVERBS_BUILD or build/ beside tests/. Skips (77) without root.
+HERE=$(cd "$(dirname "$0")" && pwd)
+if [ -d "${1:-}" ]; then
+  BUILD=$1
+  shift
+else
+  BUILD=${SOFTVERBS_BUILD:-$HERE/../../build}
+fi
+
+CASES=(rc_pingpong rc_pingpong_events rc_pingpong_1mib srq_pingpong rping_v4 rping_v6
+       ucmatose rdma_server cmtime walkthrough)
+PERFTEST=(ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw
+          ib_atomic_lat ib_atomic_bw)
+for t in "${PERFTEST[@]}"; do CASES+=("$t" "${t}_R"); done
+if [ "${1:-}" = --list ]; then
+  printf '%s\n' "${CASES[@]}"
+  exit 0
+fi
+for c in "$@"; do
+  [[ " ${CASES[*]} " == *" $c "* ]] || { echo "unknown case '$c' (--list lists them)"; exit 2; }
+done
+[ $# -gt 0 ] || set -- "${CASES[@]}"
+
+. "$HERE/lib.sh" "$BUILD"
+. "$HERE/netns.sh"
+[ -x "$SV" ] || { echo "$SV is not built"; exit 1; }
+need ibv_rc_pingpong
+need rping
+need ucmatose
+need rdma_server
+need cmtime
+need ib_send_lat
+export SOFTVERBS_WIRE=iwarp
+T=60 # seconds each program may take (timeout -k 5)
+
+ns_pair
+GA=$(ns_gid_index "$NS_A" 10.77.0.1)
+GB=$(ns_gid_index "$NS_B" 10.77.0.2)
+if [ -z "$GA" ] || [ -z "$GB" ]; then
+  echo "FAIL: no GID for 10.77.0.1 in A ('$GA') or 10.77.0.2 in B ('$GB'):"
+  ns_exec "$NS_A" 30 "$SV" run ibv_devinfo -v 2>&1 | grep -E 'GID|rror' | sed 's/^/    /'
+  exit 1
+fi
+echo "GID index of ::ffff:10.77.0.1 in A: $GA; of ::ffff:10.77.0.2 in B: $GB"
+
+# xpair NAME PORT SS_ADDR STOP SERVER_ARGS... -- CLIENT_ARGS...: the server program
+# (under softverbs run) in A, once it listens on PORT at SS_ADDR (as ss prints it; ""
+# any), the client in B. STOP "stop": the server serves until killed: it must still run
+# when the client is done, and is then ended with TERM (143 is its clean end); "-" it
+# must exit by itself (bounded: 10 s after the client, 3 s after a failed one, then TERM). stdout in
+# $TMP/NAME.{srv,cli}, stderr in .srv.err/.cli.err. Sets XP_SRC, XP_CRC (statuses) and
+# XP_BYTES, XP_PKTS (what crossed B's veth0 meanwhile).
+xpair() {
+  local name=$1 port=$2 ss_addr=$3 stop=$4 srv=() cli=() a b0 p0
+  shift 4
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do srv+=("$1"); shift; done
+  shift
+  cli=("$@")
+  b0=$(ns_link_count "$NS_B" bytes)
+  p0=$(ns_link_count "$NS_B" packets)
+  ns_bg "$NS_A" $T "$SV" run "${srv[@]}" >"$TMP/$name.srv" 2>"$TMP/$name.srv.err"
+  local spid=$NS_PID
+  XP_CRC=255
+  if ns_wait_listen "$NS_A" "$port" "$ss_addr" $spid 15; then
+    ns_exec "$NS_B" $T "$SV" run "${cli[@]}" >"$TMP/$name.cli" 2>"$TMP/$name.cli.err"
+    XP_CRC=$?
+  fi
+  if [ "$stop" = stop ]; then
+    if kill -0 $spid 2>/dev/null; then
+      ns_wait_exit $spid 0
+      XP_SRC=$?
+      [ $XP_SRC -eq 143 ] && XP_SRC=0
+    else
+      wait $spid
+      XP_SRC=$?
+      echo "    $name: the server had already ended (status $XP_SRC) when its client was done"
+      [ $XP_SRC -eq 0 ] && XP_SRC=1
+    fi
+  else
+    # Once its client has failed, a server waiting for data would wait until its timeout.
+    ns_wait_exit $spid "$( [ $XP_CRC -eq 0 ] && echo 10 || echo 3)"
+    XP_SRC=$?
+  fi
+  XP_BYTES=$(($(ns_link_count "$NS_B" bytes) - b0))
+  XP_PKTS=$(($(ns_link_count "$NS_B" packets) - p0))
+  a=$(printf '%s ' "${cli[@]}")
+  echo "  $name: server in A: ${srv[*]} (status $XP_SRC)"
+  echo "  $name: client in B: ${a% } (status $XP_CRC); across the veth: $XP_BYTES bytes, $XP_PKTS packets"
+}
+
+# statuses NAME [late-cm]: both sides exited 0 (late-cm: rping's race at exit is
+# accepted, see late_cm in lib.sh); shows the ends of the logs otherwise.
+statuses() {
+  local name=$1
+  if [ "${2:-}" = late-cm ]; then
+    late_cm "$TMP/$name.cli.err" $XP_CRC && XP_CRC=0
+    late_cm "$TMP/$name.srv.err" $XP_SRC && XP_SRC=0
+  fi
+  check "$name: client (B) exits 0" test $XP_CRC -eq 0
+  check "$name: server (A) exits 0" test $XP_SRC -eq 0
+  if [ $XP_CRC -ne 0 ] || [ $XP_SRC -ne 0 ]; then
+    ns_collect "$TMP/$name".{srv,cli}{,.err}
+  fi
+}
+
+# crossed NAME bytes|packets MIN: at least MIN bytes (packets) went through B's veth0.
+crossed() {
+  local n=$XP_BYTES
+  [ "$2" = packets ] && n=$XP_PKTS
+  check "$1: at least $3 $2 crossed the veth pair ($n)" test "$n" -ge "$3"
+}
+
+# pp NAME SIZE ITERS PROGRAM ARGS...: a pingpong with -c between the namespaces; each side
+# prints exactly the bytes and iterations asked and nothing but its addresses.
+pp() {
+  local name=$1 size=$2 iters=$3 prog=$4 side p=18515
+  shift 4
+  xpair "$name" $p "" - "$prog" -p $p -g "$GA" -c -s "$size" -n "$iters" "$@" -- \
+    "$prog" -p $p -g "$GB" -c -s "$size" -n "$iters" "$@" 10.77.0.1
+  statuses "$name"
+  for side in cli srv; do
+    cat "$TMP/$name.$side.err" >>"$TMP/$name.$side"
+    check "$name ($side): no invalid data" lacks "$TMP/$name.$side" "invalid data"
+    check "$name ($side): $((2 * size * iters)) bytes in $iters iters" \
+      count_lines "$TMP/$name.$side" "^$((2 * size * iters)) bytes in .* seconds = " 1
+    check "$name ($side): prints nothing else" only_lines "$TMP/$name.$side" \
+      '^  (local|remote) address: ' '^[0-9]+ bytes in ' '^[0-9]+ iters in '
+  done
+  check "$name: the server saw the client's GID" \
+    contains "$TMP/$name.srv" "remote address: .* GID ::ffff:10.77.0.2$"
+  crossed "$name" bytes $((2 * size * iters))
+}
+
+case_rc_pingpong() { pp rc_pingpong 4096 1000 ibv_rc_pingpong; }
+case_rc_pingpong_events() { pp rc_pingpong_events 4096 1000 ibv_rc_pingpong -e; }
+case_rc_pingpong_1mib() { pp rc_pingpong_1mib 1048576 200 ibv_rc_pingpong; }
+case_srq_pingpong() { pp srq_pingpong 4096 1000 ibv_srq_pingpong; }
+
+# rping -v -V, 1000 pings: the client prints what the server wrote back (RDMA WRITE),
+# the server what it read from the client (RDMA READ), each ping's data as rping built it.
+rping_case() {
+  local name=$1 a=$2 ss_addr=$3 p=17174
+  xpair "$name" $p "$ss_addr" - rping -s -a "$a" -p $p -C 1000 -v -V -- \
+    rping -c -a "$a" -p $p -C 1000 -v -V
+  statuses "$name" late-cm
+  rping_data 1000 "" >"$TMP/rping.want"
+  rping_data 1000 "server " >"$TMP/rping.srv.want"
+  check "$name: client got back every ping's data" diff -q "$TMP/rping.want" "$TMP/$name.cli"
+  check "$name: server read every ping's data" diff -q "$TMP/rping.srv.want" "$TMP/$name.srv"
+  check "$name: client found no mismatch (-V)" lacks "$TMP/$name.cli.err" "mismatch"
+  crossed "$name" bytes $((2 * 64 * 1000))
+}
+case_rping_v4() { rping_case rping_v4 10.77.0.1 10.77.0.1; }
+case_rping_v6() { rping_case rping_v6 fd77::1 '[fd77::1]'; }
+
+case_ucmatose() {
+  local p=17471
+  xpair ucmatose $p 10.77.0.1 - ucmatose -b 10.77.0.1 -p $p -c 4 -C 20 -- \
+    ucmatose -s 10.77.0.1 -p $p -c 4 -C 20
+  statuses ucmatose
+  check "ucmatose: server's transcript of 4 connections, 20 messages each" \
+    transcript "$TMP/ucmatose.srv" "cmatose: starting server" "initiating data transfers" \
+    "completing sends" "receiving data transfers" "data transfers complete" \
+    "cmatose: disconnecting" "disconnected" "test complete" "return status 0"
+  check "ucmatose: client's transcript" \
+    transcript "$TMP/ucmatose.cli" "cmatose: starting client" "cmatose: connecting" \
+    "receiving data transfers" "sending replies" "data transfers complete" "test complete" \
+    "return status 0"
+  check "ucmatose: nothing on stderr" test ! -s "$TMP/ucmatose.srv.err" -a \
+    ! -s "$TMP/ucmatose.cli.err"
+  crossed ucmatose packets $((2 * 4 * 20))
+}
+
+case_rdma_server() {
+  local p=17472
+  xpair rdma_server $p 10.77.0.1 - rdma_server -s 10.77.0.1 -p $p -- \
+    rdma_client -s 10.77.0.1 -p $p
+  statuses rdma_server
+  check "rdma_client: ran to its end" \
+    transcript "$TMP/rdma_server.cli" "rdma_client: start" "rdma_client: end 0"
+  check "rdma_server: ran to its end" \
+    transcript "$TMP/rdma_server.srv" "rdma_server: start" "rdma_server: end 0"
+}
+
+# cmtime: 100 connections set up and torn down; its server serves until killed and
+# prints only failures.
+case_cmtime() {
+  local p=17473 row=' *: +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+'
+  xpair cmtime $p 10.77.0.1 stop cmtime -b 10.77.0.1 -p $p -- cmtime -s 10.77.0.1 -p $p -c 100
+  statuses cmtime
+  check "cmtime: no connection failed" count_lines "$TMP/cmtime.cli" '^event: |error|fail' 0
+  check "cmtime: client's transcript: every step and its row" \
+    transcript "$TMP/cmtime.cli" "creating id" "resolving address" "resolving route" \
+    "creating qp" "connecting" "disconnecting" "destroying id" \
+    "step +total ms +max ms +min us +us / conn" "create id$row" "resolve addr$row" \
+    "resolve route$row" "create qp$row" "connect$row" "disconnect$row" "destroy$row"
+  check "cmtime: nothing on the client's stderr" test ! -s "$TMP/cmtime.cli.err"
+  check "cmtime: the server printed nothing (it prints only failures)" \
+    test ! -s "$TMP/cmtime.srv" -a ! -s "$TMP/cmtime.srv.err"
+}
+
+# The walk-through example (examples/walkthrough.c): WRITE, 16 WRITEs, READ back, SEND,
+# each checked byte by byte by the program itself.
+case_walkthrough() {
+  local p=18699 wt=$BUILD/bin/walkthrough
+  [ -x "$wt" ] || { check "walkthrough: $wt is built" false; return; }
+  xpair walkthrough $p "" - "$wt" -p $p -g "$GA" -- "$wt" -p $p -g "$GB" 10.77.0.1
+  statuses walkthrough
+  check "walkthrough: the client passed all 11 steps" \
+    contains "$TMP/walkthrough.cli" "all 11 steps passed"
+  check "walkthrough: the server passed all 11 steps" \
+    contains "$TMP/walkthrough.srv" "all 11 steps passed"
+  crossed walkthrough bytes $((4096 + 16 * 4096 + 69632 + 4096))
+}
+
+# perftest NAME: NAME is a perftest program, or one with _R (connected through rdma_cm,
+# -R); exactly one result row of its size and iteration count, no error printed, and
+# its traffic across the veth pair: one packet per message each way (latency), or the
+# payload's bytes (bandwidth).
+perftest_case() {
+  local name=$1 prog=${1%_R} size iters p=18600 side srv cli
+  case $prog in
+  *_lat) iters=1000 ;;
+  *_bw) iters=5000 ;;
+  esac
+  case $prog in
+  ib_atomic_*) size=8 ;;
+  *_lat) size=2 ;;
+  *) size=65536 ;;
+  esac
+  local args=(-d softverbs0 -p "$p" -s "$size" -n "$iters")
+  if [ "$name" != "$prog" ]; then
+    srv=("$prog" -R "${args[@]}")
+    cli=("$prog" -R "${args[@]}" 10.77.0.1)
+  else
+    srv=("$prog" -x "$GA" "${args[@]}")
+    cli=("$prog" -x "$GB" "${args[@]}" 10.77.0.1)
+  fi
+  xpair "$name" $p "" - "${srv[@]}" -- "${cli[@]}"
+  statuses "$name"
+  check "$name: one result row of $size bytes x $iters iterations" \
+    rows "$TMP/$name.cli" $iters $size
+  for side in cli srv; do
+    cat "$TMP/$name.$side.err" >>"$TMP/$name.$side"
+    check "$name ($side): no error printed" no_error "$TMP/$name.$side"
+  done
+  case $prog in
+  *_lat) crossed "$name" packets $((2 * iters)) ;;
+  ib_atomic_bw) crossed "$name" bytes $((16 * iters)) ;;
+  *) crossed "$name" bytes $((size * iters)) ;;
+  esac
+}
+
+for c in "$@"; do
+  echo "== $c"
+  if declare -F "case_$c" >/dev/null; then "case_$c"; else perftest_case "$c"; fi
+done
+finish
