@@ -504,6 +504,12 @@ static int gather(struct iw_qp *iq, uint32_t tail, uint32_t head, struct iovec *
 
 		if (d->n_iov > 64 && n)
 			break;
+		/* A response handed to TCP frees its IRD slot now: the peer may read it and ask
+		 * again before this sendmsg returns (RFC 6581's IRD counts what we still owe). */
+		if (d->flags & IW_TXD_READ_DONE) {
+			d->flags &= (uint8_t)~IW_TXD_READ_DONE;
+			atomic_fetch_sub(&iq->ird_unsent, 1);
+		}
 		piece[k++] = (struct iovec){ d->head, d->head_len };
 		for (uint32_t j = 0; j < d->n_iov && k < 65; j++)
 			piece[k++] = iq->iovs[(d->iov_first + j) % IW_TX_IOVS];
