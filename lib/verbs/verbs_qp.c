@@ -171,6 +171,7 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 	err = -sv_engine_add_qp(qp);
 	if (err)
 		goto err_data;
+	sv_wire_qp_created(qp);
 	ib->state = IBV_QPS_RESET;
 	pthread_mutex_init(&ib->mutex, NULL);
 	pthread_cond_init(&ib->cond, NULL);
@@ -383,6 +384,9 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 		err = check_attr_values(qp, attr, attr_mask);
 	if (!err) {
 		apply_attr(qp, attr, attr_mask);
+		/* Where the peer is decides the wire (shm on this host, iWARP on another). */
+		if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR)
+			(void)sv_qp_rewire(qp, sv_wire_for_peer(qp));
 		sv_qp_set_state(qp, next);
 		sv_qp_data_state(qp, cur, next);
 		sv_dbg("qp %u %s -> %s", ibqp->qp_num, sv_qp_state_name[cur], sv_qp_state_name[next]);

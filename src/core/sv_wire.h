@@ -148,6 +148,11 @@ struct sv_wire_ops {
 	 * for it. qp_fini undoes it (peers learn that the QP left). */
 	int (*qp_init)(struct sv_qp *qp, uint32_t *qpn);
 	void (*qp_fini)(struct sv_qp *qp);
+	/* Optional: the QP moves to this wire (qp_take, with the number another wire gave it)
+	 * or away from it (qp_leave: as qp_fini, the number kept) before RTR, when where its
+	 * peer is decides the wire (sv_qp_rewire). No lock; nothing else uses the QP. */
+	int (*qp_take)(struct sv_qp *qp, uint32_t qpn);
+	void (*qp_leave)(struct sv_qp *qp);
 	/* Attributes a peer may look at changed (state, access flags, Q_Key, P_Key, RNR
 	 * timer): qp->pub holds them. */
 	void (*publish)(struct sv_qp *qp);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sv_device.h"
+#include "core/sv_path.h"
 #include "util/sv_log.h"
 #include "wire/iwarp/iw_wire.h"
 #include "wire/shm/shm_wire.h"
@@ -43,4 +45,36 @@ const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type)
 			sv_warn("SOFTVERBS_WIRE=%s: not a wire (shm, iwarp); using shm", w);
 	}
 	return &sv_wire_shm;
+}
+
+/* SOFTVERBS_WIRE names a wire for every QP: where the peer is decides nothing then. */
+static bool forced(void)
+{
+	const char *w = getenv("SOFTVERBS_WIRE");
+
+	return w && (!strcmp(w, "shm") || !strcmp(w, "iwarp"));
+}
+
+static bool connected(enum ibv_qp_type type)
+{
+	return type == IBV_QPT_RC || type == IBV_QPT_UC;
+}
+
+void sv_wire_qp_created(struct sv_qp *qp)
+{
+	if (!forced() && connected(qp->ibv.qp_base.qp_type) && qp->wire == &sv_wire_shm)
+		iw_wire_prepare_qpn(qp->ibv.qp_base.qp_num);
+}
+
+const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp)
+{
+	const struct ibv_ah_attr *ah = &qp->attr.ah_attr;
+
+	if (forced() || !connected(qp->ibv.qp_base.qp_type))
+		return qp->wire;
+	/* A LID names a port of this host (softverbs' LIDs are host-unique); a GID of ours,
+	 * this host; any other GID, another host. */
+	if (!ah->is_global || sv_host_find_gid(&sv_qp_ctx(qp)->host, &ah->grh.dgid) >= 0)
+		return &sv_wire_shm;
+	return &sv_wire_iwarp;
 }

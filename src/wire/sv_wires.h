@@ -7,9 +7,15 @@
 
 #include "core/sv_wire.h"
 
-/* The wire for a new QP of @type: shared memory between the processes of this host, or
- * iWARP over TCP (SOFTVERBS_WIRE=iwarp: RC and UC; UD and XRC stay on shm). */
+/* The wire for a new QP of @type: shared memory between the processes of this host (a
+ * connected QP moves to iWARP at RTR when its peer is on another host: sv_wire_for_peer),
+ * or the one SOFTVERBS_WIRE forces (iwarp: RC and UC; UD and XRC stay on shm). */
 const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type);
+/* A QP was made: a connected one may later move to iWARP (its number reachable). */
+void sv_wire_qp_created(struct sv_qp *qp);
+/* At RTR: the wire the QP's peer needs (shm on this host, iWARP on another), unless
+ * SOFTVERBS_WIRE forces one. */
+const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp);
 /* The wire the calling thread's next QP takes ("shm", "iwarp"; NULL: the default). */
 void sv_wire_choose_next(const char *name);
 bool sv_wire_is_iwarp(const struct sv_wire_ops *w);

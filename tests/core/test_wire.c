@@ -555,6 +555,18 @@ const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type)
 }
 
 /* The rest of src/wire/sv_wires.h, for the verbs layer's extensions: no other wire. */
+void sv_wire_qp_created(struct sv_qp *qp);
+void sv_wire_qp_created(struct sv_qp *qp)
+{
+	(void)qp;
+}
+
+const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp);
+const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp)
+{
+	return qp->wire;
+}
+
 void sv_wire_choose_next(const char *name);
 void sv_wire_choose_next(const char *name)
 {

@@ -67,6 +67,9 @@ static void tune(int fd)
 	const char *e = getenv("SOFTVERBS_IWARP_TIMEOUT_MS");
 	int ms = e ? atoi(e) : 10000, one = 1, idle, cnt, intvl = 1;
 
+	/* Every FPDU goes at once (as siw does): an answer held back by Nagle's algorithm
+	 * waits for a delayed acknowledgement. */
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	if (ms <= 0)
 		return;
 	idle = ms / 2000 > 0 ? ms / 2000 : 1;
@@ -117,10 +120,61 @@ static int claim_qpn(struct sv_qp *qp, uint32_t *qpn)
 
 /* --- the ops: set-up -------------------------------------------------------------------------- */
 
-static int qp_init(struct sv_qp *qp, uint32_t *qpn)
+/*
+ * Connections handed to us for a QP still on another wire (created on shm, it moves to
+ * iWARP at RTR when its peer turns out to be on another host: sv_qp_rewire), kept here
+ * under the engine's lock until it comes (qp_take) or for PEND_NS.
+ */
+enum { PEND_MAX = 64 };
+#define PEND_NS 30000000000ull
+static struct pend {
+	uint32_t qpn;
+	int fd;
+	struct iw_params_in p;
+	uint64_t at;
+} pend[PEND_MAX];
+static int n_pend;
+
+static void pend_drop_locked(int i)
+{
+	close(pend[i].fd);
+	pend[i] = pend[--n_pend];
+}
+
+static void pend_put_locked(uint32_t qpn, int fd, const struct iw_params_in *p)
+{
+	uint64_t now = sv_now_ns();
+
+	for (int i = n_pend - 1; i >= 0; i--)
+		if (pend[i].qpn == qpn || now - pend[i].at > PEND_NS)
+			pend_drop_locked(i); /* the peer dialed again, or it is stale */
+	if (n_pend == PEND_MAX) {
+		(void)iw_conn_reply(fd, NULL, true);
+		close(fd);
+		return;
+	}
+	pend[n_pend++] = (struct pend){ .qpn = qpn, .fd = fd, .p = *p, .at = now };
+}
+
+static int pend_take_locked(uint32_t qpn, struct iw_params_in *p)
+{
+	for (int i = 0; i < n_pend; i++) {
+		if (pend[i].qpn == qpn) {
+			int fd = pend[i].fd;
+
+			*p = pend[i].p;
+			pend[i] = pend[--n_pend];
+			return fd;
+		}
+	}
+	return -1;
+}
+
+/* The wire's state of @qp; *qpn: 0 to allocate one, else the number it has already. */
+static int setup(struct sv_qp *qp, uint32_t *qpn)
 {
 	struct iw_qp *iq = calloc(1, sizeof(*iq));
-	int err;
+	int err = 0;
 
 	if (!iq)
 		return -ENOMEM;
@@ -129,8 +183,17 @@ static int qp_init(struct sv_qp *qp, uint32_t *qpn)
 		free(iq);
 		return -ENOMEM;
 	}
+	atomic_store(&iq->fd, -1);
+	atomic_store(&iq->incoming, -1);
 	sv_engine_lock();
-	err = claim_qpn(qp, qpn);
+	if (!*qpn) {
+		err = claim_qpn(qp, qpn);
+	} else {
+		err = iw_conn_open_block_locked(*qpn >> SV_QPN_BLOCK_BITS);
+		iw_conn_set_handler(incoming);
+		if (!err)
+			atomic_store(&iq->incoming, pend_take_locked(*qpn, &iq->incoming_params));
+	}
 	sv_engine_unlock();
 	if (err) {
 		free(iq->dial_want);
@@ -139,8 +202,6 @@ static int qp_init(struct sv_qp *qp, uint32_t *qpn)
 	}
 	iq->qp = qp;
 	iq->qpn = *qpn;
-	atomic_store(&iq->fd, -1);
-	atomic_store(&iq->incoming, -1);
 	iw_tx_init(iq);
 	iw_rx_reset(iq);
 	iq->confirm = want_confirm();
@@ -150,13 +211,25 @@ static int qp_init(struct sv_qp *qp, uint32_t *qpn)
 	return 0;
 }
 
-static void qp_fini(struct sv_qp *qp)
+static int qp_init(struct sv_qp *qp, uint32_t *qpn)
+{
+	*qpn = 0;
+	return setup(qp, qpn);
+}
+
+static int qp_take(struct sv_qp *qp, uint32_t qpn)
+{
+	return setup(qp, &qpn);
+}
+
+static void teardown(struct sv_qp *qp, bool keep_qpn)
 {
 	struct iw_qp *iq = iw_of(qp);
 	int fd;
 
 	sv_engine_lock();
-	sv_qpn_free(iq->qpn); /* the port's handler finds us no more */
+	if (!keep_qpn)
+		sv_qpn_free(iq->qpn); /* the port's handler finds us no more */
 	sv_engine_unlock();
 	fd = atomic_exchange(&iq->incoming, -1);
 	if (fd >= 0)
@@ -167,6 +240,25 @@ static void qp_fini(struct sv_qp *qp)
 	qp->wire_qp = NULL;
 	free(iq->dial_want);
 	free(iq);
+}
+
+static void qp_fini(struct sv_qp *qp)
+{
+	teardown(qp, false);
+}
+
+static void qp_leave(struct sv_qp *qp)
+{
+	teardown(qp, true);
+}
+
+void iw_wire_prepare_qpn(uint32_t qpn)
+{
+	sv_engine_lock();
+	(void)iw_conn_open_block_locked(qpn >> SV_QPN_BLOCK_BITS);
+	iw_conn_set_handler(incoming);
+	sv_engine_unlock();
+	(void)iw_conn_port_ensure();
 }
 
 static void publish(struct sv_qp *qp)
@@ -442,16 +534,23 @@ static void incoming(int fd, const struct iw_params *p)
 	struct iw_qp *iq;
 	int old;
 
-	if (!qp || qp->wire != &sv_wire_iwarp ||
-	    (qp->ibv.qp_base.qp_type != IBV_QPT_RC && qp->ibv.qp_base.qp_type != IBV_QPT_UC)) {
+	struct iw_params_in in = { .src_qpn = p->src_qpn, .ird = p->ird, .ord = p->ord,
+				   .crc = p->crc, .ext = p->ext };
+
+	if (!qp || (qp->ibv.qp_base.qp_type != IBV_QPT_RC &&
+		    qp->ibv.qp_base.qp_type != IBV_QPT_UC)) {
 		(void)iw_conn_reply(fd, NULL, true);
 		close(fd);
 		return;
 	}
+	if (qp->wire != &sv_wire_iwarp) {
+		/* Still on shm: it moves to iWARP at RTR, when its peer is known remote. */
+		pend_put_locked(p->dest_qpn, fd, &in);
+		return;
+	}
 	iq = iw_of(qp);
 	sv_dbg("iwarp qp %u: a connection from qp %u handed over", iq->qpn, p->src_qpn);
-	iq->incoming_params = (struct iw_params_in){ .src_qpn = p->src_qpn, .ird = p->ird,
-						     .ord = p->ord, .crc = p->crc, .ext = p->ext };
+	iq->incoming_params = in;
 	old = atomic_exchange(&iq->incoming, fd);
 	if (old >= 0)
 		close(old); /* the peer dialed again: the newer connection counts */
@@ -816,6 +915,8 @@ const struct sv_wire_ops sv_wire_iwarp = {
 	.seg_min = IW_FPDU_PAYLOAD,
 	.qp_init = qp_init,
 	.qp_fini = qp_fini,
+	.qp_take = qp_take,
+	.qp_leave = qp_leave,
 	.publish = publish,
 	.connect = qp_connect,
 	.attach = attach,

@@ -221,6 +221,9 @@ int iw_rx_reply(struct iw_qp *iq, struct iw_params *got);
 /* rx_busy: moves what arrived into the core (budget FPDUs). Returns how many. */
 int iw_rx_poll(struct iw_qp *iq, int budget);
 
+/* iw_qp.c: a QP of another wire may move to iWARP (at RTR): peers on other hosts can be
+ * handed over to its number from now on. */
+void iw_wire_prepare_qpn(uint32_t qpn);
 /* iw_qp.c: an iWARP QP in INIT takes a connected stream whose MPA exchange is done. */
 int iw_qp_adopt(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t ird, uint16_t ord);
 

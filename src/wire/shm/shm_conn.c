@@ -112,7 +112,8 @@ int shm_conn_qp_add(struct sv_qp *qp, uint32_t *qpn)
 	};
 	int listen_fd, err;
 
-	*qpn = 0;
+	if (*qpn)
+		return 0; /* a number another wire of the QP holds already (shm_qp_qp_take) */
 	sv_engine_fork_hooks(&qpn_lock); /* the QPN registry's lock is taken under ours */
 	sv_engine_lock();
 	err = sv_qpn_alloc(qpn, qp, &listen_fd);
@@ -131,7 +132,7 @@ int shm_conn_qp_add(struct sv_qp *qp, uint32_t *qpn)
 	return err;
 }
 
-void shm_conn_qp_remove(struct sv_qp *qp)
+void shm_conn_qp_remove(struct sv_qp *qp, bool keep_qpn)
 {
 	uint32_t qpn = qp->ibv.qp_base.qp_num;
 
@@ -147,7 +148,8 @@ void shm_conn_qp_remove(struct sv_qp *qp)
 			drop_link(l);
 		}
 	}
-	sv_qpn_free(qpn);
+	if (!keep_qpn)
+		sv_qpn_free(qpn);
 	sv_engine_unlock();
 }
 
@@ -454,8 +456,8 @@ static void attach_answer(const struct attach_req *req, struct attach_rep *rep, 
 	struct sv_qp *qp = sv_qpn_owner(req->dst_qpn);
 
 	*rep = (struct attach_rep){ .magic = ATTACH_MAGIC, .pid = getpid(), .qpn = req->dst_qpn };
-	if (!qp)
-		rep->status = -ENOENT;
+	if (!qp || qp->wire != &sv_wire_shm)
+		rep->status = -ENOENT; /* (a QP on another wire speaks no shm) */
 	else if (sv_qp_type_peer(qp->ibv.qp_base.qp_type) != req->qp_type)
 		rep->status = -EPROTOTYPE;
 	if (rep->status)
@@ -488,7 +490,7 @@ static struct sv_qp *own_qp(uint32_t qpn)
 {
 	struct sv_qp *qp = sv_qpn_owner(qpn);
 
-	return qp && shm_qp(qp)->page->pid == getpid() ? qp : NULL;
+	return qp && qp->wire == &sv_wire_shm && shm_qp(qp)->page->pid == getpid() ? qp : NULL;
 }
 
 /* Attach to a QP of this process without a socket: true if it is ours. */

@@ -31,7 +31,21 @@ static void rx_unlock(struct sv_qp *qp)
 	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
 }
 
+static int qp_setup(struct sv_qp *qp, uint32_t *qpn);
+
 int shm_qp_qp_init(struct sv_qp *qp, uint32_t *qpn)
+{
+	*qpn = 0;
+	return qp_setup(qp, qpn);
+}
+
+int shm_qp_qp_take(struct sv_qp *qp, uint32_t qpn)
+{
+	return qp_setup(qp, &qpn);
+}
+
+/* The wire's state of @qp, and its number unless *qpn names one it has already. */
+static int qp_setup(struct sv_qp *qp, uint32_t *qpn)
 {
 	struct shm_qp *s = calloc(1, sizeof(*s));
 	int err = -ENOMEM;
@@ -78,13 +92,25 @@ err_fd:
 	return err;
 }
 
+static void qp_teardown(struct sv_qp *qp, bool keep_qpn);
+
 void shm_qp_qp_fini(struct sv_qp *qp)
+{
+	qp_teardown(qp, false);
+}
+
+void shm_qp_qp_leave(struct sv_qp *qp)
+{
+	qp_teardown(qp, true);
+}
+
+static void qp_teardown(struct sv_qp *qp, bool keep_qpn)
 {
 	struct shm_qp *s = shm_qp(qp);
 
 	if (!s)
 		return;
-	shm_conn_qp_remove(qp);
+	shm_conn_qp_remove(qp, keep_qpn);
 	/* Found by its number until just now (shm_conn_pin_qp): a pin taken before waits. */
 	while (atomic_load(&qp->eng_ref))
 		sched_yield();

@@ -9,6 +9,8 @@ const struct sv_wire_ops sv_wire_shm = {
 		SV_WIRE_ORDERED,
 	.qp_init = shm_qp_qp_init,
 	.qp_fini = shm_qp_qp_fini,
+	.qp_take = shm_qp_qp_take,
+	.qp_leave = shm_qp_qp_leave,
 	.publish = shm_qp_publish,
 	.connect = shm_qp_connect_qpn,
 	.attach = shm_qp_attach,

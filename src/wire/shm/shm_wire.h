@@ -92,7 +92,7 @@ static inline struct shm_qp *shm_qp(const struct sv_qp *qp);
 
 /* shm_conn.c: attach by QPN, the peers' lifetime */
 int shm_conn_qp_add(struct sv_qp *qp, uint32_t *qpn);
-void shm_conn_qp_remove(struct sv_qp *qp);
+void shm_conn_qp_remove(struct sv_qp *qp, bool keep_qpn);
 int shm_conn_connect(struct sv_qp *qp, uint32_t dest_qpn, struct shm_peer **peer);
 void shm_conn_disconnect(struct shm_peer *peer);
 void shm_conn_wake(struct shm_peer *peer);
@@ -104,6 +104,9 @@ void shm_qp_peer_lost(struct sv_qp *qp, uint32_t peer_qpn, bool fatal);
 /* shm_qp.c: the QP's ops (sv_wire.h says what each promises) */
 int shm_qp_qp_init(struct sv_qp *qp, uint32_t *qpn);
 void shm_qp_qp_fini(struct sv_qp *qp);
+/* The QP moves between wires keeping its number (sv_wire_ops.qp_take / qp_leave). */
+int shm_qp_qp_take(struct sv_qp *qp, uint32_t qpn);
+void shm_qp_qp_leave(struct sv_qp *qp);
 void shm_qp_publish(struct sv_qp *qp);
 int shm_qp_connect_qpn(struct sv_qp *qp, uint32_t qpn, void **conn);
 void *shm_qp_attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err);
