@@ -9,7 +9,6 @@
 #include <stdlib.h>
 
 #include "core/sv_cq.h"
-#include "core/sv_engine.h"
 #include "core/sv_path.h"
 #include "core/sv_look.h"
 #include "core/sv_mcast.h"
@@ -40,44 +39,6 @@ int sv_qp_data_init(struct sv_qp *qp, const struct sv_wire_ops *wire)
 	qp->ibv.qp_base.qp_num = qpn;
 	qp->ibv.qp_base.handle = qpn;
 	return 0;
-}
-
-int sv_qp_rewire(struct sv_qp *qp, const struct sv_wire_ops *to)
-{
-	const struct sv_wire_ops *from = qp->wire;
-	uint32_t qpn = qp->ibv.qp_base.qp_num;
-	int err;
-
-	if (to == from)
-		return 0;
-	if (!from->qp_leave || !from->qp_take || !to->qp_leave || !to->qp_take ||
-	    (qp->attr.qp_state != IBV_QPS_RESET && qp->attr.qp_state != IBV_QPS_INIT))
-		return -EINVAL;
-	/* Nobody may use the wire while it changes: not the pollers of its CQs, not the
-	 * progress thread (their pins are waited for). */
-	if (qp->scq)
-		sv_cq_detach_qp(qp->scq, qp);
-	if (qp->rcq && qp->rcq != qp->scq)
-		sv_cq_detach_qp(qp->rcq, qp);
-	sv_engine_remove_qp(qp);
-	qp->wire->disconnect(qp);
-	from->qp_leave(qp);
-	qp->wire = to;
-	err = to->qp_take(qp, qpn);
-	if (err) {
-		qp->wire = from; /* back where it was (its state made anew) */
-		if (from->qp_take(qp, qpn))
-			sv_err("qp %u: lost its wire moving to %s", qpn, to->name);
-	}
-	sv_qp_data_publish(qp);
-	if (sv_engine_add_qp(qp))
-		sv_err("qp %u: not in the progress engine after moving wires", qpn);
-	if (qp->scq && sv_cq_attach_qp(qp->scq, qp))
-		sv_err("qp %u: off its send CQ after moving wires", qpn);
-	if (qp->rcq && qp->rcq != qp->scq && sv_cq_attach_qp(qp->rcq, qp))
-		sv_err("qp %u: off its receive CQ after moving wires", qpn);
-	sv_dbg("qp %u: wire %s -> %s%s", qpn, from->name, qp->wire->name, err ? " refused" : "");
-	return err;
 }
 
 void sv_qp_sq_lock_unclaimed(struct sv_qp *qp)
