@@ -120,9 +120,10 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 # CPUs other work keeps busy. The load average would count this script's own spinning
 # pairs of the minute before.
 others() {
-	local i n=0
+	local i n=0 a b c r
 	for i in $(seq 20); do
-		n=$((n + $(cut -d' ' -f4 /proc/loadavg | cut -d/ -f1) - 1))
+		read -r a b c r _ </proc/loadavg # (a builtin: the only reader running is this shell)
+		n=$((n + ${r%/*} - 1))
 		sleep 0.025
 	done
 	calc '%.1f' "$n / 20"
