@@ -29,13 +29,14 @@ in B on CPU 1, each under taskset and timeout), N rounds (default 3) of:
   softverbs (SOFTVERBS_WIRE=iwarp): ib_send_lat -s 2, ib_write_bw -s 1048576,
   ib_read_bw -s 1048576, ib_write_bw -s 8 -t 128 -l 32 -N (message rate)
 Each figure is the median of its rounds; the table gives softverbs / baseline. Each
-line shows the 1-minute load when its run began (the machine may be shared).
+line shows, as "others", how many tasks other work had runnable just before its run
+began (the machine may be shared).
 
 options:
   --rounds N         rounds of every measurement (default 3)
   --seconds S        duration of each sockperf and iperf3 run (default 5)
-  --quiet-wait S     before each round, wait up to S seconds (default 0) for the
-                     1-minute load to fall to 1.5 or below; the load is noted anyway
+  --quiet-wait S     before each round, wait up to S seconds (default 0) until other
+                     work keeps less than half a CPU busy; it is noted anyway
   --baselines-only   skip the softverbs runs
   --out DIR          keep every log in DIR
   -h, --help         this text
@@ -114,6 +115,19 @@ PIN_S=(taskset -c "$CPU_S")
 PIN_C=(taskset -c "$CPU_C")
 
 load() { cut -d' ' -f1 /proc/loadavg; }
+# others: runnable tasks other than the sampler, averaged over 20 looks 25 ms apart,
+# taken between two runs (none of this script's benchmarks is running then): how many
+# CPUs other work keeps busy. The load average would count this script's own spinning
+# pairs of the minute before.
+others() {
+	local i n=0 a b c r
+	for i in $(seq 20); do
+		read -r a b c r _ </proc/loadavg # (a builtin: the only reader running is this shell)
+		n=$((n + ${r%/*} - 1))
+		sleep 0.025
+	done
+	calc '%.1f' "$n / 20"
+}
 echo "== iWARP between namespaces: baselines and softverbs, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "host: nproc $ncpu, $(uname -sr), load $(cut -d' ' -f1-3 /proc/loadavg)"
 if awk -v l="$(load)" 'BEGIN { exit !(l > 1.5) }'; then
@@ -138,7 +152,7 @@ run() {
 	while [ $# -gt 0 ] && [ "$1" != :: ]; do srv+=("$1"); shift; done
 	shift
 	cli=("$@")
-	run_load=$(load)
+	run_load=$(others)
 	run_srv="[A] ${srv[*]}"
 	run_cli="[B] ${cli[*]}"
 	ns_bg "$NS_A" "$T" "${srv[@]}" >"$tmp/$name.srv" 2>&1
@@ -175,11 +189,11 @@ record() {
 	if [ -n "$val" ]; then
 		fig_vals[$key]="${fig_vals[$key]:-} $val"
 		printf '  %-44s %10s %-5s  %s\n' "$label" "$val" "$unit" "$run_cli"
-		printf '  %-44s %10s %-5s  %s\n' "(load $run_load)" "" "" "$run_srv"
+		printf '  %-44s %10s %-5s  %s\n' "(others $run_load)" "" "" "$run_srv"
 	else
 		fig_fail[$key]="$run_status; $(last_words "$tmp/$key.cli") / $(last_words "$tmp/$key.srv")"
 		printf '  %-44s %10s %-5s  %s\n' "$label" "n/a" "" "(failed: ${fig_fail[$key]})"
-		printf '  %-44s %10s %-5s  %s\n' "(load ${run_load:-?})" "" "" "$run_cli"
+		printf '  %-44s %10s %-5s  %s\n' "(others ${run_load:-?})" "" "" "$run_cli"
 		printf '  %-44s %10s %-5s  %s\n' "" "" "" "$run_srv"
 	fi
 }
@@ -290,17 +304,18 @@ sv() {
 }
 declare -A sv_gave_up
 
-# quiet: wait (at most --quiet-wait seconds) for the 1-minute load to be 1.5 or below.
+# quiet: wait (at most --quiet-wait seconds) until other work keeps less than half a
+# CPU busy.
 quiet() {
 	local deadline=$((SECONDS + quiet_wait))
-	while awk -v l="$(load)" 'BEGIN { exit !(l > 1.5) }' && [ $SECONDS -lt $deadline ]; do
-		sleep 5
+	while awk -v l="$(others)" 'BEGIN { exit !(l >= 0.5) }' && [ $SECONDS -lt $deadline ]; do
+		sleep 2
 	done
 }
 
 for ((r = 1; r <= rounds; r++)); do
 	quiet
-	echo "== round $r of $rounds (load $(load))"
+	echo "== round $r of $rounds (1-minute load $(load), other work's runnable tasks $(others))"
 	sockperf_lat
 	iperf3_bw
 	fi_pp fi_lat 2 100000 7 "fi_pingpong tcp 2 B, one way (mean)" µs

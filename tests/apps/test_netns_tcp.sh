@@ -64,7 +64,7 @@ check "TCP A -> B over IPv6 (fd77::1 -> fd77::2)" \
   tcp v6 "$NS_B" fd77::2 "$NS_A" fd77::1 '[fd77::2]'
 check "bridge: TCP 3 -> 1 over IPv4" tcp br4 "$NS_1" 10.78.0.1 "$NS_3" 10.78.0.3 10.78.0.1
 check "bridge: TCP 1 -> 2 over IPv6" tcp br6 "$NS_2" fd78::2 "$NS_1" fd78::1 '[fd78::2]'
-check "B's veth counted the traffic" test "$(ns_link_bytes "$NS_B")" -gt 0
+check "B's veth counted the traffic" test "$(ns_link_count "$NS_B" bytes)" -gt 0
 
 # The cleanup, in child scripts. Each writes its namespaces and the pid of a process it
 # left running in A to $TMP/NAME.names, then ends as NAME says.
