@@ -183,6 +183,7 @@ struct sv_qp_pub {
 	_Atomic uint32_t dest_qpn;
 	_Atomic uint32_t min_rnr_timer;
 	_Atomic uint32_t pkey;    /* the P_Key its pkey_index names (0: none yet) */
+	_Atomic uint32_t rd_in, rd_out; /* max_dest_rd_atomic, max_rd_atomic */
 };
 
 /* How a message's payload crossed to or from the peer (softverbs_query_qp). */

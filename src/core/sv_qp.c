@@ -80,6 +80,8 @@ void sv_qp_data_publish(struct sv_qp *qp)
 	atomic_store(&p->min_rnr_timer, qp->attr.min_rnr_timer);
 	atomic_store(&p->dest_qpn, qp->attr.dest_qp_num);
 	atomic_store(&p->pkey, sv_qp_pkey(qp));
+	atomic_store(&p->rd_in, qp->attr.max_dest_rd_atomic);
+	atomic_store(&p->rd_out, qp->attr.max_rd_atomic);
 	atomic_store(&p->state, qp->attr.qp_state);
 	qp->wire->publish(qp);
 }

@@ -118,6 +118,21 @@ static int claim_qpn(struct sv_qp *qp, uint32_t *qpn)
 	return 0;
 }
 
+/* The Read Requests we take at once (IRD) and send (ORD): the QP's published depths. */
+static uint16_t rd_in(struct sv_qp *qp)
+{
+	uint32_t n = atomic_load_explicit(&qp->pub.rd_in, memory_order_relaxed);
+
+	return (uint16_t)(n ? (n < IW_IRD_ORD_MAX ? n : IW_IRD_ORD_MAX) : 1);
+}
+
+static uint16_t rd_out(struct sv_qp *qp)
+{
+	uint32_t n = atomic_load_explicit(&qp->pub.rd_out, memory_order_relaxed);
+
+	return (uint16_t)(n ? (n < IW_IRD_ORD_MAX ? n : IW_IRD_ORD_MAX) : 1);
+}
+
 /* --- the ops: set-up -------------------------------------------------------------------------- */
 
 /*
@@ -334,8 +349,8 @@ static int qp_connect(struct sv_qp *qp, uint32_t qpn, void **conn)
 	}
 	want = (struct iw_params){
 		.src_qpn = iq->qpn, .dest_qpn = qpn, .crc = want_crc(), .ext = true,
-		.ird = qp->attr.max_dest_rd_atomic ? qp->attr.max_dest_rd_atomic : 1,
-		.ord = qp->attr.max_rd_atomic ? qp->attr.max_rd_atomic : 1,
+		.ird = rd_in(qp),
+		.ord = rd_out(qp),
 	};
 	fd = iw_conn_dial((struct sockaddr *)&ss, len, &want, IW_DIAL_TIMEOUT_MS);
 	sv_dbg("iwarp qp %u: dials qp %u: %d", iq->qpn, qpn, fd);
@@ -583,8 +598,8 @@ static void adopt(struct sv_qp *qp, struct iw_qp *iq)
 		.src_qpn = iq->qpn, .dest_qpn = iq->peer_qpn,
 		.crc = iq->incoming_params.crc, /* RFC 5044 §7.1: C echoes the request's */
 		.ext = iq->incoming_params.ext,
-		.ird = qp->attr.max_dest_rd_atomic ? qp->attr.max_dest_rd_atomic : 1,
-		.ord = qp->attr.max_rd_atomic ? qp->attr.max_rd_atomic : 1,
+		.ird = rd_in(qp),
+		.ord = rd_out(qp),
 	};
 	sv_engine_lock();
 	if (sv_engine_watch_oneshot_locked(fd, on_event, iq, &watch)) {
@@ -708,7 +723,7 @@ static void dialing(struct sv_qp *qp, struct iw_qp *iq)
 	sv_spin_lock(&qp->sq.lock);
 	iq->crc = got.crc;
 	iq->ext = got.ext;
-	iq->ird = qp->attr.max_dest_rd_atomic ? qp->attr.max_dest_rd_atomic : 1;
+	iq->ird = rd_in(qp);
 	if (iq->ird > IW_IRD_ORD_MAX)
 		iq->ird = IW_IRD_ORD_MAX;
 	iq->ord = got.ird;
@@ -834,13 +849,26 @@ static int poll_qp(struct sv_qp *qp)
 	return n;
 }
 
+/* Whether a local acknowledgement is due: read under rx_busy, whose holder moves the
+ * queues it looks at (a holder there now will deliver it itself). */
+static bool ackable(struct iw_qp *iq)
+{
+	bool due;
+
+	if (!sv_rx_trylock(iq->qp))
+		return false;
+	due = iw_tx_ackable(iq) != 0;
+	sv_rx_unlock(iq->qp);
+	return due;
+}
+
 /* Whether anything waits that the next poll would move. */
 static bool has_work(struct iw_qp *iq)
 {
 	return atomic_load(&iq->fatal) || atomic_load(&iq->eof) || atomic_load(&iq->local_nak_msn) ||
 	       (atomic_load(&iq->incoming) >= 0 && atomic_load(&iq->link) == IW_LINK_EXPECTING) ||
 	       (iw_tx_pending(iq) && !atomic_load(&iq->tx_wants_out)) ||
-	       iw_tx_ackable(iq) != 0;
+	       ackable(iq);
 }
 
 static bool arm(struct sv_qp *qp, bool assist)

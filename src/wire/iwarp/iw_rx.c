@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/sv_path.h"
+#include "util/sv_app.h"
 #include "util/sv_log.h"
 #include "wire/iwarp/iw_conn.h"
 
@@ -60,7 +61,7 @@ static int sock_fd(struct iw_qp *iq)
 static bool read_all(int fd, struct iovec *v, int n_v, size_t n)
 {
 	while (n > 0) {
-		ssize_t r = readv(fd, v, n_v);
+		ssize_t r = sv_app_readv(fd, v, n_v);
 
 		if (r == 0)
 			return false;
@@ -107,7 +108,7 @@ static bool take(struct iw_pl *pl, const struct iovec *dst, int n_dst, uint64_t 
 		if (dst) {
 			if (dst[i].iov_len - in < k)
 				k = dst[i].iov_len - in;
-			memcpy((char *)dst[i].iov_base + in, iq->stage + pl->cursor + off, k);
+			sv_copy_to_app((char *)dst[i].iov_base + in, iq->stage + pl->cursor + off, k);
 		}
 		if (iq->crc)
 			pl->crc = iw_crc_update(pl->crc, iq->stage + pl->cursor + off, k);

@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 
 #include "core/sv_path.h"
+#include "util/sv_app.h"
 #include "util/sv_lock.h"
 #include "util/sv_log.h"
 
@@ -81,8 +82,21 @@ static void seal(struct iw_qp *iq, struct iw_txd *d, const struct iovec *iov, in
 /*
  * Queues one FPDU: @ih's header, payload @iov (@len bytes). -EAGAIN when the queue is full (nothing queued).
  */
+static int put_pub(struct iw_qp *iq, struct iw_hdr *ih, const struct iovec *iov, int n_iov,
+		   uint32_t len, uint32_t ack_msn, uint8_t flags, _Atomic uint32_t *pub,
+		   uint32_t pub_val);
+
 static int put(struct iw_qp *iq, struct iw_hdr *ih, const struct iovec *iov, int n_iov,
 	       uint32_t len, uint32_t ack_msn, uint8_t flags)
+{
+	return put_pub(iq, ih, iov, n_iov, len, ack_msn, flags, NULL, 0);
+}
+
+/* As put, and *@pub = @pub_val once the FPDU is sure to go but before any writer can
+ * send it (a Read's queue entry: its response may come back at once). */
+static int put_pub(struct iw_qp *iq, struct iw_hdr *ih, const struct iovec *iov, int n_iov,
+		   uint32_t len, uint32_t ack_msn, uint8_t flags, _Atomic uint32_t *pub,
+		   uint32_t pub_val)
 {
 	uint32_t head, ihead;
 	struct iw_txd *d;
@@ -118,6 +132,8 @@ static int put(struct iw_qp *iq, struct iw_hdr *ih, const struct iovec *iov, int
 	d->ack_msn = ack_msn;
 	d->flags = flags;
 	seal(iq, d, iov, n_iov, len);
+	if (pub)
+		atomic_store_explicit(pub, pub_val, memory_order_release);
 	atomic_store_explicit(&iq->iov_head, ihead + (uint32_t)n, memory_order_release);
 	atomic_store_explicit(&iq->tx_head, head + 1, memory_order_release);
 	pthread_spin_unlock(&iq->txq_lock);
@@ -296,12 +312,9 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 							 .size = h->total,
 							 .confirms = atomic_load(&iq->place_hi) };
 		/* Outstanding before it can go: its response may come before put returns. */
-		atomic_store_explicit(&iq->rd_head, head + 1, memory_order_release);
-		err = put(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ);
-		if (err) {
-			atomic_store_explicit(&iq->rd_head, head, memory_order_release);
+		err = put_pub(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ, &iq->rd_head, head + 1);
+		if (err)
 			return err;
-		}
 		sent(iq, h, &ih);
 		iq->tx_msn[IW_QN_READ_REQ]++;
 		return 0;
@@ -331,12 +344,9 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		}
 		iq->atq[head % IW_RDQ] = (struct iw_rd){ .msn = h->msn, .size = 8,
 							 .req_id = ih.atomic_req_id };
-		atomic_store_explicit(&iq->at_head, head + 1, memory_order_release);
-		err = put(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ);
-		if (err) {
-			atomic_store_explicit(&iq->at_head, head, memory_order_release);
+		err = put_pub(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ, &iq->at_head, head + 1);
+		if (err)
 			return err;
-		}
 		sent(iq, h, &ih);
 		iq->tx_msn[IW_QN_ATOMIC_REQ]++;
 		return 0;
@@ -479,9 +489,7 @@ void iw_tx_probe(struct iw_qp *iq)
 	iq->rdq[head % IW_RDQ] = (struct iw_rd){ .msn = 0, .sink_stag = SINK_STAG, .size = 0,
 						 .confirms = atomic_load(&iq->place_hi) };
 	atomic_store(&iq->probing, true);
-	atomic_store_explicit(&iq->rd_head, head + 1, memory_order_release);
-	if (put(iq, &ih, NULL, 0, 0, 0, 0)) {
-		atomic_store_explicit(&iq->rd_head, head, memory_order_release);
+	if (put_pub(iq, &ih, NULL, 0, 0, 0, 0, &iq->rd_head, head + 1)) {
 		atomic_store(&iq->probing, false);
 		return;
 	}
@@ -594,7 +602,7 @@ int iw_tx_flush(struct iw_qp *iq)
 			continue;
 		}
 		msg.msg_iovlen = (size_t)gather(iq, tail, head, v, &bytes);
-		n = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+		n = sv_app_sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n < 0) {
 			int err = errno;
 

@@ -101,14 +101,14 @@ struct iw_qp {
 
 	/* the connection: written under rx_busy and sq.lock, read under either */
 	_Atomic int fd;               /* -1: none */
-	uint64_t watch;               /* the engine's one-shot watch of fd (0: none) */
+	_Atomic uint64_t watch;       /* the engine's one-shot watch of fd (0: none) */
 	_Atomic uint32_t link;        /* enum iw_link */
-	uint32_t peer_qpn;            /* the QP at the other end (iw_peer) */
-	bool adopted;                 /* the stream came set up (rdma_cm): the peer is who
+	_Atomic uint32_t peer_qpn;    /* the QP at the other end (iw_peer) */
+	_Atomic bool adopted;         /* the stream came set up (rdma_cm): the peer is who
 				       * the QP's dest_qp_num says */
-	bool crc;                     /* MPA CRC negotiated */
-	bool ext;                     /* RFC 7306 negotiated */
-	uint16_t ird, ord;            /* negotiated */
+	_Atomic bool crc;             /* MPA CRC negotiated */
+	_Atomic bool ext;             /* RFC 7306 negotiated */
+	_Atomic uint16_t ird, ord;    /* negotiated (written under both locks, read anywhere) */
 	uint64_t deadline;            /* ns: the set-up's grace ends (reach: CONNECTING before) */
 	/* the dialer's: where and what it dialed, to dial again (REDIAL) */
 	struct sockaddr_storage dial_to;
@@ -141,7 +141,7 @@ struct iw_qp {
 	_Atomic bool probing;         /* our zero-length Read that confirms them is out */
 	bool confirm;                 /* complete Sends and Writes once placed (default), not
 				       * once sent (SOFTVERBS_IWARP_COMPLETE=sent) */
-	uint32_t acked_told;          /* rx_busy: the last local acknowledgement delivered */
+	_Atomic uint32_t acked_told;  /* the last local acknowledgement delivered (rx_busy) */
 	uint32_t tx_msn[IW_QN_MAX];   /* sq.lock (QN 0, 1, 3) / rx_busy (QN 4): the next DDP
 				       * MSN of each untagged queue */
 	_Atomic bool term_sent;       /* a Terminate went out: nothing follows it */

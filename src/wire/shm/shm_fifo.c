@@ -1,5 +1,7 @@
 #include "wire/shm/shm_fifo.h"
 
+#include "util/sv_app.h"
+
 #include <errno.h>
 #include <string.h>
 
@@ -55,57 +57,17 @@ static uint32_t contiguous(uint64_t pos, uint32_t off)
 	return (uint32_t)((SHM_FIFO_SLOTS - slot) * SHM_SLOT_SIZE - off % SHM_SLOT_SIZE);
 }
 
-#if defined(__SANITIZE_THREAD__)
-/*
- * Under ThreadSanitizer only the library's side of the copy is recorded (one range
- * access: a race on a ring slot is reported); the application's side is not. The
- * application orders its accesses to its buffers through its peer's messages, which
- * ThreadSanitizer cannot see, so every access to a buffer the bounce copy filled or
- * read would be reported; suppressing each report costs a stack restore, which left
- * the bounce tests too slow to run under ThreadSanitizer at all (tests/tsan.supp). The
- * bytes move by a loop ThreadSanitizer does not instrument (memcpy is intercepted).
- */
-void __tsan_read_range(void *addr, unsigned long size);
-void __tsan_write_range(void *addr, unsigned long size);
-
-typedef uint64_t __attribute__((may_alias, aligned(1))) shm_word;
-
-/* volatile: the compiler may not turn the loop back into a call of memcpy. */
-__attribute__((no_sanitize_thread, noinline)) static void shm_copy_raw(void *dst, const void *src,
-									size_t n)
-{
-	volatile unsigned char *d = dst;
-	const volatile unsigned char *s = src;
-	size_t i = 0;
-
-	for (; i + 8 <= n; i += 8)
-		*(volatile shm_word *)(d + i) = *(const volatile shm_word *)(s + i);
-	for (; i < n; i++)
-		d[i] = s[i];
-}
-
+/* The application's side of the bounce copy (src/util/sv_app.h: not recorded under
+ * ThreadSanitizer, the ring's side is). */
 void shm_copy_from_app(void *dst, const void *app, size_t n)
 {
-	__tsan_write_range(dst, n);
-	shm_copy_raw(dst, app, n);
+	sv_copy_from_app(dst, app, n);
 }
 
 void shm_copy_to_app(void *app, const void *src, size_t n)
 {
-	__tsan_read_range((void *)(uintptr_t)src, n);
-	shm_copy_raw(app, src, n);
+	sv_copy_to_app(app, src, n);
 }
-#else
-void shm_copy_from_app(void *dst, const void *app, size_t n)
-{
-	memcpy(dst, app, n);
-}
-
-void shm_copy_to_app(void *app, const void *src, size_t n)
-{
-	memcpy(app, src, n);
-}
-#endif
 
 void shm_fifo_put(struct shm_fifo *f, uint64_t pos, uint32_t off, const void *src, uint32_t len)
 {
