@@ -307,13 +307,9 @@ static void peer_terminated(struct iw_qp *iq, const struct iw_hdr *ih)
 
 	sv_dbg("iwarp qp %u: Terminate from the peer: layer %u type %u code 0x%02x", iq->qpn,
 	       ih->term_layer, ih->term_etype, ih->term_ecode);
-	/* The QP's error first, with its async event (the first error the QP is given
-	 * counts: the NAK's alone would enter Error quietly, as a requester's NAK does on
-	 * InfiniBand, and RFC 5040 §5.5's Terminate is the stream's end, the QP's too);
-	 * then the request the peer refused, the first we have not seen complete, fails
-	 * with the status the Terminate means. */
-	(void)sv_resp_deliver(qp, &term, &none.p);
+	/* The request the peer refused is the first we have not seen complete. */
 	(void)sv_comp_deliver(qp, &nak, &none.p);
+	(void)sv_resp_deliver(qp, &term, &none.p);
 	atomic_store(&iq->term_sent, true); /* RFC 5040 §5.5: the stream is done */
 	iw_link_down(iq, NULL);
 }
