@@ -153,7 +153,8 @@ static size_t fpdu(struct hx *x, struct iw_hdr *h, const void *pl, uint32_t len,
 	h->payload_len = len;
 	hl = iw_hdr_encode(p, h);
 	assert_true(hl > 0);
-	memcpy(p + hl, pl, len);
+	if (len)
+		memcpy(p + hl, pl, len);
 	pad = iw_pad((uint32_t)hl - IW_MPA_LEN_BYTES + len);
 	memset(p + hl + len, 0, pad);
 	if (x->crc)
