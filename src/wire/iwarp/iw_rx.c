@@ -591,12 +591,32 @@ static int rx_one(struct iw_qp *iq)
 			return 0;
 	}
 	if (hl < 0) {
-		violation(iq, term, IW_HDR_MIN);
+		/* The decoder refuses as soon as it knows (4 bytes may do): the Terminate
+		 * copies the offending header as far as it came (violation clips it). */
+		violation(iq, term, IW_TERM_MAX);
 		return -1;
 	}
 	need = (uint32_t)hl + ih.payload_len + iw_pad(ih.ulpdu_len) + IW_CRC_BYTES;
 	if (!all_in(iq, need))
 		return 0;
+	/* RFC 5044 §6: an FPDU whose CRC is wrong reaches neither DDP nor the consumer. One
+	 * that is all in the stage is checked before it is delivered (else a Send would
+	 * complete first); a larger one, placed from the socket, as its bytes pass
+	 * (finish). */
+	if (iq->crc && iq->st_len - iq->st_off >= need) {
+		const uint8_t *f = iq->stage + iq->st_off;
+		uint32_t want = iw_crc_final(iw_crc_update(iw_crc_init(), f, need - IW_CRC_BYTES));
+
+		if (iw_crc_get(f + need - IW_CRC_BYTES) != want) {
+			struct iw_term t = { IW_TERM_LLP, IW_ETYPE_MPA, IW_ECODE_MPA_CRC };
+
+			sv_dbg("iwarp qp %u: bad CRC (0x%08x, should be 0x%08x)", iq->qpn,
+			       iw_crc_get(f + need - IW_CRC_BYTES), want);
+			iw_tx_terminate(iq, &t, NULL, 0);
+			iw_link_down(iq, "bad CRC");
+			return -1;
+		}
+	}
 	if (ih.opcode == IW_OP_TERMINATE) {
 		if (ih.term_layer == IW_TERM_LLP && ih.term_etype == IW_ETYPE_MPA &&
 		    ih.term_ecode == IW_ECODE_MPA_CLOSED) {

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "core/sv_mr.h"
 #include "core/sv_path.h"
 #include "util/sv_app.h"
 #include "util/sv_lock.h"
@@ -175,9 +176,53 @@ void iw_tx_terminate(struct iw_qp *iq, const struct iw_term *t, const void *bad,
 	pthread_spin_unlock(&iq->txq_lock);
 }
 
+/* Why the responder refused the peer's access to our memory (the core's NAK says only
+ * REM_ACCESS_ERR): the key table asked again about the request it refused (@hdr, its
+ * header as received). SV_ACCESS_BAD_KEY when nothing more is known. */
+static enum sv_access_result refused_why(struct iw_qp *iq, const uint8_t *hdr, uint32_t len)
+{
+	struct sv_qp *qp = iq->qp;
+	struct iw_hdr ih;
+	struct iw_term t;
+	uint32_t key, need;
+	uint64_t addr, n, va;
+
+	/* An Atomic Request's header is longer than what is kept of it (IW_TERM_MAX): its
+	 * STag and offset are within. */
+	if (len >= 40 && (hdr[3] & IW_RDMAP_OP_MASK) == IW_OP_ATOMIC_REQ && iq->ext) {
+		key = (uint32_t)hdr[28] << 24 | (uint32_t)hdr[29] << 16 | (uint32_t)hdr[30] << 8 |
+		      hdr[31];
+		addr = 0;
+		for (int i = 32; i < 40; i++)
+			addr = addr << 8 | hdr[i];
+		n = 8;
+		need = IBV_ACCESS_REMOTE_ATOMIC;
+		goto check;
+	}
+	if (!len || iw_hdr_decode(hdr, len, iq->ext, &ih, &t) < 0)
+		return SV_ACCESS_BAD_KEY;
+	switch (ih.opcode) {
+	case IW_OP_WRITE:
+		key = ih.stag, addr = ih.to, n = ih.payload_len, need = IBV_ACCESS_REMOTE_WRITE;
+		break;
+	case IW_OP_READ_REQ:
+		key = ih.src_stag, addr = ih.src_to, n = ih.read_size;
+		need = IBV_ACCESS_REMOTE_READ;
+		break;
+	default:
+		return SV_ACCESS_BAD_KEY;
+	}
+check:
+	if (!(atomic_load_explicit(&qp->pub.access, memory_order_relaxed) & need))
+		return SV_ACCESS_NO_RIGHT;
+	return sv_mr_check(qp->rx_dst.ctx->mrs->slots, key, qp->rx_dst.pd, need, addr, n, &va);
+}
+
 /* The Terminate for a request our responder refused with @status (the core's NAK), as
- * RFC 5040 §7 and siw word it for the request's kind. */
-static struct iw_term nak_term(uint32_t status, uint8_t op)
+ * RFC 5040 §7, RFC 5041 §7 and siw word it for the request's kind (@op) and, for an
+ * access, its cause (@why: STag, bounds, PD; a right missing is RDMAP's access error,
+ * an invalid STag to DDP as siw has it). */
+static struct iw_term nak_term(uint32_t status, uint8_t op, enum sv_access_result why)
 {
 	bool tagged = op == IW_OP_WRITE;
 
@@ -185,9 +230,16 @@ static struct iw_term nak_term(uint32_t status, uint8_t op)
 	case IBV_WC_REM_ACCESS_ERR:
 		if (tagged)
 			return (struct iw_term){ IW_TERM_DDP, IW_ETYPE_DDP_TAGGED,
-						 IW_ECODE_DDP_T_INV_STAG };
+						 why == SV_ACCESS_OUT_OF_RANGE ?
+							 IW_ECODE_DDP_T_BASE_BOUNDS :
+						 why == SV_ACCESS_BAD_PD ?
+							 IW_ECODE_DDP_T_STAG_NOT_ASSOC :
+							 IW_ECODE_DDP_T_INV_STAG };
 		return (struct iw_term){ IW_TERM_RDMAP, IW_ETYPE_RDMAP_REMOTE_PROT,
-					 IW_ECODE_RDMAP_INV_STAG };
+					 why == SV_ACCESS_OUT_OF_RANGE ? IW_ECODE_RDMAP_BASE_BOUNDS :
+					 why == SV_ACCESS_BAD_PD ? IW_ECODE_RDMAP_PD :
+					 why == SV_ACCESS_NO_RIGHT ? IW_ECODE_RDMAP_ACCESS :
+								     IW_ECODE_RDMAP_INV_STAG };
 	case IBV_WC_REM_INV_REQ_ERR:
 		if (op == IW_OP_SEND || op == IW_OP_SEND_INV || op == IW_OP_SEND_SE ||
 		    op == IW_OP_SEND_SE_INV)
@@ -352,7 +404,7 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		return 0;
 	}
 	case SV_OP_TERMINATE: {
-		struct iw_term t = nak_term((uint32_t)h->status, IW_OP_WRITE);
+		struct iw_term t = nak_term((uint32_t)h->status, IW_OP_WRITE, SV_ACCESS_BAD_KEY);
 
 		iw_tx_terminate(iq, &t, NULL, 0);
 		return 0;
@@ -380,7 +432,11 @@ static int tx_answer(struct iw_qp *iq, const struct sv_hdr *h, const struct iove
 	case SV_OP_RNR:
 		return 0;
 	case SV_OP_NAK: {
-		struct iw_term t = nak_term(h->status, iq->rx_last_op);
+		struct iw_term t = nak_term(h->status, iq->rx_last_op,
+					    h->status == IBV_WC_REM_ACCESS_ERR ?
+						    refused_why(iq, iq->rx_last_hdr,
+								iq->rx_last_hdr_len) :
+						    SV_ACCESS_BAD_KEY);
 
 		iw_tx_terminate(iq, &t, iq->rx_last_hdr, iq->rx_last_hdr_len);
 		return 0;
