@@ -591,15 +591,24 @@ static void test_resolve_addr_and_route(void **state)
 	assert_non_null(id->route.path_rec);
 }
 
-/* A destination that is not an address of this host: ADDR_ERROR, status -EHOSTUNREACH. */
+/*
+ * A destination that is not an address of this host: an RC id resolves it as kernel
+ * rdma_cm does (iWARP), from the source address the routing table gives (no packet is
+ * sent: the test compares with a UDP socket's connect), or gets ADDR_ERROR with the
+ * route lookup's error; a UD id gets ADDR_ERROR, status -EOPNOTSUPP (iWARP has no
+ * datagrams).
+ */
 static void test_resolve_addr_not_local(void **state)
 {
 	struct fx *f = *state;
-	struct sockaddr_storage dst;
+	struct sockaddr_storage dst, src;
+	socklen_t slen = sizeof(src);
 	struct ifaddrs *ifs;
 	struct rdma_event_channel *ch = fx_channel(f);
 	struct rdma_cm_id *id = fx_id(f, ch, NULL, RDMA_PS_TCP);
+	struct rdma_cm_id *ud = fx_id(f, ch, NULL, RDMA_PS_UDP);
 	struct rdma_cm_event *ev;
+	int route_err = 0, fd;
 
 	/* TEST-NET-3 / the IPv6 documentation prefix, unless this host has it. */
 	memset(&dst, 0, sizeof(dst));
@@ -624,11 +633,32 @@ static void test_resolve_addr_not_local(void **state)
 			skip();
 		}
 	freeifaddrs(ifs);
+	fd = socket(f->family, SOCK_DGRAM, 0);
+	assert_true(fd >= 0);
+	if (connect(fd, (struct sockaddr *)&dst, (socklen_t)(f->family == AF_INET6 ?
+			sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in))) ||
+	    getsockname(fd, (struct sockaddr *)&src, &slen))
+		route_err = errno;
+	close(fd);
 
 	assert_int_equal(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000), 0);
-	ev = ct_wait_event(ch, RDMA_CM_EVENT_ADDR_ERROR, CT_WAIT_MS);
+	if (route_err) {
+		ev = ct_wait_event(ch, RDMA_CM_EVENT_ADDR_ERROR, CT_WAIT_MS);
+		assert_int_equal(ev->status, -route_err);
+	} else {
+		ev = ct_wait_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED, CT_WAIT_MS);
+		assert_int_equal(ev->status, 0);
+		assert_true(same_ip(&id->route.addr.src_addr, (struct sockaddr *)&src));
+		assert_true(same_ip(rdma_get_peer_addr(id), (struct sockaddr *)&dst));
+		assert_non_null(id->verbs);
+	}
 	assert_ptr_equal(ev->id, id);
-	assert_int_equal(ev->status, -EHOSTUNREACH);
+	assert_int_equal(rdma_ack_cm_event(ev), 0);
+
+	assert_int_equal(rdma_resolve_addr(ud, NULL, (struct sockaddr *)&dst, 2000), 0);
+	ev = ct_wait_event(ch, RDMA_CM_EVENT_ADDR_ERROR, CT_WAIT_MS);
+	assert_ptr_equal(ev->id, ud);
+	assert_int_equal(ev->status, -EOPNOTSUPP);
 	assert_int_equal(rdma_ack_cm_event(ev), 0);
 }
 

@@ -7,9 +7,9 @@
  * - Nobody listens: RC gets RDMA_CM_EVENT_REJECTED status 8 (IB_CM_REJ_INVALID_SERVICE_ID),
  *   UD RDMA_CM_EVENT_UNREACHABLE status 1 (IB_SIDR_UNSUPPORTED); a synchronous id's
  *   rdma_connect fails with ECONNREFUSED. librdmacm moves the QP of a rejected id to ERR.
- * - An address that is not on this host: RDMA_CM_EVENT_ADDR_ERROR, status -EHOSTUNREACH
- *   (softverbs reaches peers on this host only, and sends nothing off it); the id can
- *   resolve again.
+ * - A UD id (RDMA_PS_UDP) towards an address that is not on this host:
+ *   RDMA_CM_EVENT_ADDR_ERROR, status -EOPNOTSUPP (iWARP has no datagrams; nothing is sent
+ *   off the host); the id can resolve again. (RC ids resolve such addresses: iWARP.)
  * - Private data longer than the IB CM message holds (connect 56 RC / 180 UD, accept 196 /
  *   136, reject 148 / 136) or a NULL pointer with a length: -1 / EINVAL. A failed accept
  *   rejects the request (REJ 28, SIDR REJECT 2). NULL ids, events and channels: -1 / EINVAL,
@@ -851,9 +851,9 @@ static void test_resolve_addr_off_host(void **state)
 		snprintf(what, sizeof(what), "rdma_resolve_addr %s", v4[i]);
 		a = loopback(7471);
 		inet_pton(AF_INET, v4[i], &a.sin_addr);
-		EXPECT_OK(rdma_create_id(fx->cch, &fx->client, NULL, RDMA_PS_TCP));
+		EXPECT_OK(rdma_create_id(fx->cch, &fx->client, NULL, RDMA_PS_UDP));
 		EXPECT_OK(rdma_resolve_addr(fx->client, NULL, (struct sockaddr *)&a, 500));
-		expect_ack(fx->cch, RDMA_CM_EVENT_ADDR_ERROR, -EHOSTUNREACH, fx->client, what);
+		expect_ack(fx->cch, RDMA_CM_EVENT_ADDR_ERROR, -EOPNOTSUPP, fx->client, what);
 		/* No address: no route, no connection. */
 		EXPECT_ERRNO(rdma_resolve_route(fx->client, 500), EINVAL);
 		EXPECT_ERRNO(rdma_connect(fx->client, NULL), EINVAL);
@@ -869,22 +869,22 @@ static void test_resolve_addr_off_host(void **state)
 	a6.sin6_family = AF_INET6;
 	a6.sin6_port = htons(7471);
 	inet_pton(AF_INET6, "2001:db8::1", &a6.sin6_addr);
-	EXPECT_OK(rdma_create_id(fx->cch, &fx->client, NULL, RDMA_PS_TCP));
+	EXPECT_OK(rdma_create_id(fx->cch, &fx->client, NULL, RDMA_PS_UDP));
 	EXPECT_OK(rdma_resolve_addr(fx->client, NULL, (struct sockaddr *)&a6, 500));
-	expect_ack(fx->cch, RDMA_CM_EVENT_ADDR_ERROR, -EHOSTUNREACH, fx->client,
+	expect_ack(fx->cch, RDMA_CM_EVENT_ADDR_ERROR, -EOPNOTSUPP, fx->client,
 		   "rdma_resolve_addr 2001:db8::1");
 	destroy_id(&fx->client);
 
 	/* A synchronous id: the call fails with the status as errno. */
 	a = loopback(7471);
 	inet_pton(AF_INET, "192.0.2.123", &a.sin_addr);
-	EXPECT_OK(rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP));
+	EXPECT_OK(rdma_create_id(NULL, &id, NULL, RDMA_PS_UDP));
 	fx->client = id;
-	EXPECT_ERRNO(rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 500), EHOSTUNREACH);
+	EXPECT_ERRNO(rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 500), EOPNOTSUPP);
 	destroy_id(&fx->client);
 
 	/* Binding to an address this host does not have. */
-	EXPECT_OK(rdma_create_id(fx->cch, &fx->client, NULL, RDMA_PS_TCP));
+	EXPECT_OK(rdma_create_id(fx->cch, &fx->client, NULL, RDMA_PS_UDP));
 	EXPECT_ERRNO(rdma_bind_addr(fx->client, (struct sockaddr *)&a), EADDRNOTAVAIL);
 	destroy_id(&fx->client);
 }
@@ -1501,10 +1501,10 @@ static void test_garbage_is_dropped(void **state)
 	g[n].what = "an MPA request of revision 0";
 	g[n].len = mpa_header(g[n].bytes, mpa_req_key, 0, 0, 0);
 	n++;
-	g[n].what = "an MPA request from a peer that is not softverbs (12 bytes of PD)";
-	g[n].len = mpa_header(g[n].bytes, mpa_req_key, 0, 1, 12) + 12;
-	memset(g[n].bytes + 20, 0x5a, 12);
-	g[n++].may_answer = true;
+	g[n].what = "an MPA request, then bytes before any reply";
+	g[n].len = mpa_header(g[n].bytes, mpa_req_key, 0, 1, 12) + 12 + 4;
+	memset(g[n].bytes + 20, 0x5a, 12 + 4);
+	n++;
 	assert_int_equal(n, ARRAY_LEN(g));
 
 	for (size_t i = 0; i < n; i++) {
