@@ -37,6 +37,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -621,6 +622,13 @@ static void peer_gone(struct cma_id *id)
 		active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
 		break;
 	case CMA_REPLIED:
+		if (id->iwarp) {
+			/* The connection was up (the reply is in): the QP still takes the
+			 * stream, with what the peer sent before it closed, when the event
+			 * is read; ESTABLISHED, then DISCONNECTED, as on an iWARP NIC. */
+			cma_unwatch(id);
+			break;
+		}
 		/* Told when the reply's event is read. */
 		id->peer_closed = true;
 		cma_close_fd(id);
@@ -923,6 +931,13 @@ static int accept_iwarp(struct cma_id *id, const struct rdma_conn_param *param)
 	id->init_depth = cap_rd(id->conn.initiator_depth);
 	if (id->init_depth > id->remote.ird)
 		id->init_depth = id->remote.ird; /* RFC 6581: no more Reads than it takes */
+	if (!id->peer_closed && id->fd >= 0) {
+		/* A peer gone since its request (the CM thread may not have seen it yet). */
+		struct pollfd pf = { .fd = id->fd, .events = POLLRDHUP };
+
+		if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+			id->peer_closed = true;
+	}
 	if (id->peer_closed) {
 		cma_qp_to_error(id);
 		id->state = CMA_ERROR;

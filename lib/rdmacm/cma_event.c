@@ -42,7 +42,7 @@ static void event_process(struct cma_event *e)
 		}
 		if (id->iwarp) {
 			/* The QP takes the stream: no RTU on iWARP, FPDUs come next. */
-			err = id->peer_closed ? -ECONNRESET : cma_qp_adopt(id);
+			err = cma_qp_adopt(id);
 		} else {
 			err = id->peer_closed ? -ECONNRESET : cma_qp_to_rts(id);
 			if (!err)
