@@ -118,6 +118,13 @@ static int init_attr(struct cma_id *id, struct ibv_qp_attr *a, int *mask)
 		a->rnr_retry = passive ? id->conn.rnr_retry_count : id->remote.rnr_retry;
 		a->retry_cnt = a->retry_cnt > 7 ? 7 : a->retry_cnt;
 		a->rnr_retry = a->rnr_retry > 7 ? 7 : a->rnr_retry;
+		if (id->iwarp) {
+			/* iWARP exchanges no retry counts (TCP retransmits): the most
+			 * patient, so that the core's timers never give up on a live
+			 * stream. */
+			a->retry_cnt = 7;
+			a->rnr_retry = 7;
+		}
 		a->max_rd_atomic = clamp_rd_atom(id, id->init_depth);
 		*mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 			IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
