@@ -41,7 +41,8 @@ enum {
 	CMA_PD_UD_REJECT = 136,  /* SIDR REP with status REJECT */
 	CMA_PD_MAX = 196,
 	/* iWARP: Linux siw takes at most 256 bytes of MPA private data, the 4 bytes of
-	 * RFC 6581 IRD/ORD words included (IW_MPA_PD_SIW_MAX): the consumer's share. */
+	 * RFC 6581 IRD/ORD words included (IW_MPA_PD_SIW_MAX): what we send at most.
+	 * We take up to 255 (what an event's u8 length can report). */
 	CMA_PD_IWARP = 252,
 	CMA_PD_BUF = 256,     /* room for either */
 };

@@ -324,12 +324,12 @@ static void pending_iwarp(struct cma_id *p, const struct iw_mpa_params *par,
 	p->iwarp = true;
 	p->mpa_crc = par->flags & IW_MPA_FLAG_CRC;
 	p->mpa_rev = par->rev;
-	if (l->id.qp_type == IBV_QPT_UD || user_len > CMA_PD_IWARP || par->p2p) {
-		/* UD has no iWARP connection; more private data than siw would take is not
-		 * an rdma_cm peer; peer-to-peer RTR is not offered (siw does not ask). */
+	if (l->id.qp_type == IBV_QPT_UD || user_len > UINT8_MAX || par->p2p) {
+		/* UD has no iWARP connection; an event cannot report more than 255 bytes of
+		 * private data (a u8); peer-to-peer RTR is not offered (siw does not ask). */
 		(void)send_iwarp(p, IW_MPA_REPLY, true, NULL, 0);
 		pending_drop(p, l->id.qp_type == IBV_QPT_UD ? "an iWARP request to a UD listener"
-				: user_len > CMA_PD_IWARP ? "iWARP private data above 252 bytes"
+				: user_len > UINT8_MAX ? "iWARP private data above 255 bytes"
 				: "peer-to-peer mode asked for");
 		return;
 	}
@@ -513,7 +513,7 @@ static void active_reply_iwarp(struct cma_id *id)
 
 	id->deadline_ns = 0;
 	if (iw_mpa_decode(id->rx, id->rx_len, IW_MPA_REPLY, &par, &user, &user_len) < 0 ||
-	    user_len > CMA_PD_IWARP) {
+	    user_len > UINT8_MAX) {
 		active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO);
 		return;
 	}

@@ -13,7 +13,7 @@
  *   raw, responder_resources = the peer's ORD, initiator_depth = its IRD; rdma_accept's
  *   reply echoes C, carries the accept's depths (ORD capped by the peer's IRD) and its PD
  *   raw, and the passive side is ESTABLISHED; rdma_reject's reply has R and its PD;
- * - private data: 252 bytes each way, 253 is EINVAL;
+ * - private data: 252 bytes each way, 253 is EINVAL; a peer's 255 bytes all arrive;
  * - a connected pair moves data (SEND, RDMA WRITE, RDMA READ) byte for byte over the
  *   iWARP wire (softverbs_query_qp_stats says so); rdma_disconnect gives DISCONNECTED on
  *   both sides and the passive QP is in ERROR once its event is read.
@@ -354,6 +354,36 @@ static void test_reject_reply_frame(void **state)
 	passive_end(&p);
 }
 
+/* A peer's request with 255 bytes of private data (more than we send, what an event
+ * can report) is a CONNECT_REQUEST with all of them. */
+static void test_listener_takes_255(void **state)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	unsigned char pd[255], req[300];
+	struct sockaddr_storage ss;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *l;
+	int fd;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(pd); i++)
+		pd[i] = (unsigned char)(i ^ 0xa5);
+	assert_non_null(ch);
+	assert_int_equal(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP), 0);
+	assert_int_equal(rdma_bind_addr(l, ct_loopback(&ss, AF_INET, 0)), 0);
+	assert_int_equal(rdma_listen(l, 4), 0);
+	fd = tcp_connect(ntohs(rdma_get_src_port(l)));
+	send_all(fd, req, siw_frame(req, req_key, 0x40, 1, 1, pd, sizeof(pd)));
+	ev = ct_wait_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, CT_WAIT_MS);
+	assert_int_equal(ev->param.conn.private_data_len, 255);
+	assert_memory_equal(ev->param.conn.private_data, pd, 255);
+	assert_int_equal(rdma_ack_cm_event(ev), 0);
+	assert_int_equal(rdma_destroy_id(ev->id), 0); /* rejects it */
+	assert_int_equal(rdma_destroy_id(l), 0);
+	rdma_destroy_event_channel(ch);
+	close(fd);
+}
+
 /* --- both sides softverbs ---------------------------------------------------------------- */
 
 /* Private data: 252 bytes each way arrive whole at their own length; 253 is EINVAL. */
@@ -518,6 +548,7 @@ int main(void)
 		cmocka_unit_test(test_reply_with_reject_bit),
 		cmocka_unit_test(test_accept_reply_frame),
 		cmocka_unit_test(test_reject_reply_frame),
+		cmocka_unit_test(test_listener_takes_255),
 		cmocka_unit_test(test_private_data_252),
 		cmocka_unit_test(test_data_and_disconnect),
 		cmocka_unit_test(test_no_listener),
