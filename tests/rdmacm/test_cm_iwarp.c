@@ -362,7 +362,7 @@ static void test_listener_takes_255(void **state)
 	unsigned char pd[255], req[300];
 	struct sockaddr_storage ss;
 	struct rdma_cm_event *ev;
-	struct rdma_cm_id *l;
+	struct rdma_cm_id *l, *id;
 	int fd;
 
 	(void)state;
@@ -377,8 +377,9 @@ static void test_listener_takes_255(void **state)
 	ev = ct_wait_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, CT_WAIT_MS);
 	assert_int_equal(ev->param.conn.private_data_len, 255);
 	assert_memory_equal(ev->param.conn.private_data, pd, 255);
+	id = ev->id;
 	assert_int_equal(rdma_ack_cm_event(ev), 0);
-	assert_int_equal(rdma_destroy_id(ev->id), 0); /* rejects it */
+	assert_int_equal(rdma_destroy_id(id), 0); /* rejects it */
 	assert_int_equal(rdma_destroy_id(l), 0);
 	rdma_destroy_event_channel(ch);
 	close(fd);
