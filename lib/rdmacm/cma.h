@@ -11,6 +11,12 @@
  * carrying the user's private data followed by a softverbs trailer (struct cma_info:
  * QPN, PSN, Q_Key, RDMA depths); QPs then carry their data over the shm wire, and the
  * TCP connection stays open as the disconnect and liveness signal.
+ *
+ * To a peer on another host (or any peer with SOFTVERBS_CM_WIRE=iwarp) the connection
+ * is iWARP, as kernel rdma_cm sets it up on an iWARP device: MPA revision 2 with the
+ * RFC 6581 IRD/ORD words, the consumer's private data carried raw (no trailer), and
+ * the TCP connection itself handed to the QP (softverbs_qp_adopt_stream), which then
+ * speaks FPDUs on it; the id keeps a dup() of it to see the stream end (cma_conn.c).
  */
 #ifndef CMA_H
 #define CMA_H
@@ -34,6 +40,11 @@ enum {
 	CMA_PD_UD_ACCEPT = 136,  /* SIDR REP */
 	CMA_PD_UD_REJECT = 136,  /* SIDR REP with status REJECT */
 	CMA_PD_MAX = 196,
+	/* iWARP: Linux siw takes at most 256 bytes of MPA private data, the 4 bytes of
+	 * RFC 6581 IRD/ORD words included (IW_MPA_PD_SIW_MAX): what we send at most.
+	 * We take up to 255 (what an event's u8 length can report). */
+	CMA_PD_IWARP = 252,
+	CMA_PD_BUF = 256,     /* room for either */
 };
 
 /* IB CM reject reasons rdma-core reports as a REJECTED event's status, and SIDR
@@ -104,7 +115,7 @@ struct cma_event {
 	struct cma_id *owner;      /* the id whose channel it went to */
 	struct cma_id *child;      /* CONNECT_REQUEST: the new id, held until the ack */
 	uint8_t work;              /* enum cma_work: done when the user reads the event */
-	unsigned char pdata[CMA_PD_MAX];
+	unsigned char pdata[CMA_PD_BUF];
 	union ibv_gid mgid;        /* CMA_WORK_JOIN */
 };
 
@@ -149,7 +160,7 @@ struct cma_id {
 	struct cma_info remote;    /* from the peer's request or reply */
 	uint32_t psn;              /* ours */
 	struct rdma_conn_param conn;  /* ours, as given to connect/accept */
-	unsigned char conn_pd[CMA_PD_MAX]; /* connect's private data, kept until sent */
+	unsigned char conn_pd[CMA_PD_BUF]; /* connect's private data, kept until sent */
 	bool req_sent;             /* active: the MPA request went out */
 	bool retrying;             /* active: refused; connect again at deadline_ns */
 	uint64_t connect_start_ns; /* active: when rdma_connect was called */
@@ -158,6 +169,15 @@ struct cma_id {
 	uint8_t ack_timeout;       /* RDMA_OPTION_ID_ACK_TIMEOUT, 0: the default */
 	bool peer_closed;
 	bool own_cq;               /* rdma_create_qp made the CQs */
+
+	/* iWARP (the peer on another host, or SOFTVERBS_CM_WIRE=iwarp) */
+	bool iwarp;                /* this connection is iWARP: rdma_create_qp puts the QP on
+				      the iWARP wire, MPA carries the private data raw */
+	bool mpa_crc;              /* the C bit: passive, the request's; active, the reply's */
+	uint8_t mpa_rev;           /* passive: the request's revision, which the reply takes */
+	bool rfc7306;              /* both ends take RFC 7306 (SOFTVERBS_CM_RFC7306=1) */
+	bool adopted;              /* the QP owns the stream; fd is our dup, watched for its
+				      end only (never read: the QP's wire reads it) */
 
 	/* listener */
 	int backlog;
@@ -215,10 +235,15 @@ extern pthread_mutex_t cma_lock;
 int cma_sockaddr_len(const struct sockaddr *sa);
 bool cma_addr_is_local(const struct sockaddr *sa);
 bool cma_addr_is_multicast(const struct sockaddr *sa);
+bool cma_addr_is_loopback(const struct sockaddr *sa);
 void cma_gid_from_addr(union ibv_gid *gid, const struct sockaddr *sa);
 uint16_t cma_port_of(const struct sockaddr *sa);
 int cma_bound_socket(const struct cma_id *id, const struct sockaddr *addr);
 int cma_send_all(int fd, const void *buf, size_t len);
+int cma_route_source(const struct sockaddr *dst, struct sockaddr_storage *src);
+bool cma_iwarp_forced(void);
+bool cma_rfc7306_wanted(void);
+bool cma_mpa_crc_wanted(void);
 
 /* cma_core.c */
 struct ibv_context *cma_device(void);
@@ -249,6 +274,7 @@ void cma_graveyard(struct cma_id *id);
 /* cma_qp.c */
 int cma_qp_init(struct cma_id *id, struct ibv_qp *qp);
 int cma_qp_to_rts(struct cma_id *id);
+int cma_qp_adopt(struct cma_id *id);
 void cma_qp_to_error(struct cma_id *id);
 int cma_mc_attach(struct cma_id *id, const union ibv_gid *mgid);
 void cma_fill_info(struct cma_id *id, struct cma_info *info, uint8_t user_len);

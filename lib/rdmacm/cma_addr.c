@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <ifaddrs.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -53,6 +54,21 @@ bool cma_addr_is_local(const struct sockaddr *sa)
 		local = i->ifa_addr && same_ip(i->ifa_addr, sa);
 	freeifaddrs(ifs);
 	return local;
+}
+
+/* 127.0.0.0/8 or ::1, or no address (unbound, or the wildcard, as softverbs has always
+ * taken it for a group): an id there reaches this host only. */
+bool cma_addr_is_loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET) {
+		uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
+
+		return (a >> 24) == 127 || a == INADDR_ANY;
+	}
+	if (sa->sa_family == AF_INET6)
+		return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr) ||
+		       IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return true;
 }
 
 /* The GID an IP address has in the device's table: IPv4 mapped, IPv6 as is. */
@@ -133,4 +149,58 @@ int cma_send_all(int fd, const void *buf, size_t len)
 		len -= (size_t)n;
 	}
 	return 0;
+}
+
+/*
+ * The source address this host would use towards @dst (port 0), from the routing
+ * table: a UDP socket's connect() sends nothing and fails when there is no route.
+ * 0, or -errno (-ENETUNREACH: no route).
+ */
+int cma_route_source(const struct sockaddr *dst, struct sockaddr_storage *src)
+{
+	socklen_t len = sizeof(*src);
+	int fd, err = 0;
+
+	fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, dst, (socklen_t)cma_sockaddr_len(dst)) ||
+	    getsockname(fd, (struct sockaddr *)src, &len))
+		err = -errno;
+	close(fd);
+	if (err)
+		return err;
+	if (src->ss_family == AF_INET)
+		((struct sockaddr_in *)src)->sin_port = 0;
+	else
+		((struct sockaddr_in6 *)src)->sin6_port = 0;
+	return 0;
+}
+
+static bool env_is(const char *name, const char *value)
+{
+	const char *e = getenv(name);
+
+	return e && !strcmp(e, value);
+}
+
+/* SOFTVERBS_CM_WIRE=iwarp: connect as to another host even when the peer is on this
+ * one (the active side decides; a listener follows the request it gets). */
+bool cma_iwarp_forced(void)
+{
+	return env_is("SOFTVERBS_CM_WIRE", "iwarp");
+}
+
+/* SOFTVERBS_CM_RFC7306=1 (on both ends): the user says the peer is softverbs, so RFC
+ * 7306 atomics and immediate data may be used. Nothing a siw peer could see tells it
+ * otherwise (docs/conformance.md). */
+bool cma_rfc7306_wanted(void)
+{
+	return env_is("SOFTVERBS_CM_RFC7306", "1");
+}
+
+/* The MPA C bit we ask for: on unless SOFTVERBS_IWARP_CRC=0 (as the iWARP wire). */
+bool cma_mpa_crc_wanted(void)
+{
+	return !env_is("SOFTVERBS_IWARP_CRC", "0");
 }

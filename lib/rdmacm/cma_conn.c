@@ -15,12 +15,29 @@
  * a refused TCP connect is nobody listening (REJECTED, status 8), as a RoCE port reports
  * a REJ for an unknown service ID. Bytes that are not a request drop the connection and
  * the listener goes on.
+ *
+ * iWARP (the peer on another host, or SOFTVERBS_CM_WIRE=iwarp on the active side), as
+ * kernel rdma_cm on an iWARP device and as Linux siw frames it:
+ *   TCP connect ------------------------> accept, wait for the request
+ *   MPA request rev 2, enhanced: IRD/ORD -> CONNECT_REQUEST (the PD raw, its own length)
+ *     words + the user's PD, C = CRC       rdma_accept: the QP (INIT) takes the stream,
+ *                                          RTR, RTS; then
+ *   QP takes the stream, RTR, RTS <------- MPA reply: C echoed, IRD/ORD, the user's PD;
+ *   ESTABLISHED                            ESTABLISHED
+ *   ... FPDUs on the same TCP connection, read by the QP's wire; the id watches a dup()
+ *   of it for the end only (EPOLLRDHUP) ...
+ *   rdma_disconnect: QP to ERROR, FIN ---> DISCONNECTED (reading it: QP to ERROR)
+ * A reject is a reply with R and the user's PD (REJECTED, status -ECONNREFUSED, as
+ * kernel rdma_cm reports an MPA reject or a refused TCP connect on iWARP). A listener
+ * tells the two apart by the request: a revision 1 frame ending in a softverbs trailer
+ * from an address of this host is the shm handshake; anything else is iWARP.
  */
 #include "cma.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -64,6 +81,88 @@ static int send_frame(struct cma_id *id, enum iw_mpa_kind kind, uint8_t flags,
 	if (len < 0)
 		return len;
 	return cma_send_all(id->fd, frame, (size_t)len);
+}
+
+/* --- iWARP frames -------------------------------------------------------------------- */
+
+enum { IW_CM_IRD_ORD_MAX = 128 }; /* as siw: RFC 6581 words hold 14 bits, siw caps at 128 */
+
+static uint8_t cap_rd(unsigned int v)
+{
+	return (uint8_t)(v < IW_CM_IRD_ORD_MAX ? v : IW_CM_IRD_ORD_MAX);
+}
+
+/* An iWARP request, reply or reject (@reject): revision 2 with the enhanced IRD/ORD words
+ * (a reply to a revision 1 request: revision 1, no words), markers never, the user's
+ * private data raw. */
+static int send_iwarp(struct cma_id *id, enum iw_mpa_kind kind, bool reject, const void *user,
+		      uint8_t user_len)
+{
+	unsigned char frame[IW_MPA_FRAME_MAX];
+	struct iw_mpa_params p = { .rev = IW_MPA_REV2, .enhanced = true };
+	int len;
+
+	if (kind == IW_MPA_REQUEST) {
+		/* RFC 5044 §7.1: C asks for CRC; SOFTVERBS_IWARP_CRC=0 does not ask. */
+		p.flags = cma_mpa_crc_wanted() ? IW_MPA_FLAG_CRC : 0;
+		p.ird = cap_rd(id->conn.responder_resources);
+		p.ord = cap_rd(id->conn.initiator_depth);
+	} else {
+		/* RFC 5044 §7.1: the responder's C echoes the initiator's. */
+		p.flags = (uint8_t)((id->mpa_crc ? IW_MPA_FLAG_CRC : 0) |
+				    (reject ? IW_MPA_FLAG_REJECT : 0));
+		if (id->mpa_rev == IW_MPA_REV) {
+			p.rev = IW_MPA_REV; /* RFC 6581 §4: answer revision 1 in kind */
+			p.enhanced = false;
+		}
+		p.ird = reject ? 0 : id->resp_res;
+		p.ord = reject ? 0 : id->init_depth;
+	}
+	len = iw_mpa_encode(frame, sizeof(frame), kind, &p, user, user_len);
+	if (len < 0)
+		return len;
+	return cma_send_all(id->fd, frame, (size_t)len);
+}
+
+/*
+ * Reads the MPA frame at the front of the stream into id->rx, never a byte past it:
+ * what follows an iWARP reply is the QP's (FPDUs). Returns 1 when id->rx holds the
+ * whole frame, 0 when more is to come, -EPROTO when the bytes cannot be a frame of
+ * @kind (checked as they come: garbage is refused early), -ECONNRESET when the stream
+ * ended, or another -errno.
+ */
+static int read_frame(struct cma_id *id, enum iw_mpa_kind kind)
+{
+	for (;;) {
+		size_t need = IW_MPA_HDR_LEN;
+		struct iw_mpa_params par;
+		const unsigned char *pd;
+		uint16_t pd_len;
+		ssize_t n;
+		int r;
+
+		if (id->rx_len >= IW_MPA_HDR_LEN)
+			need += (size_t)(id->rx[18] << 8 | id->rx[19]);
+		if (id->rx_len && (r = iw_mpa_decode(id->rx, id->rx_len, kind, &par, &pd,
+						     &pd_len)) != -EAGAIN)
+			return r < 0 ? r : 1;
+		if (need > sizeof(id->rx))
+			return -EPROTO;
+		n = recv(id->fd, id->rx + id->rx_len, need - id->rx_len, MSG_DONTWAIT);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		if (n == 0)
+			return -ECONNRESET;
+		id->rx_len += (size_t)n;
+	}
+}
+
+/* Whether bytes wait after the frame (nothing may follow a request, or a reply on shm). */
+static bool more_queued(struct cma_id *id)
+{
+	char c;
+
+	return recv(id->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
 }
 
 /* Our trailer at the end of the peer's private data, if it is there. Returns the user's
@@ -174,29 +273,15 @@ static void pending_drop(struct cma_id *p, const char *why)
 	cma_id_release(p);
 }
 
-/* A complete request on a pending connection: it becomes an id the user sees. */
-static void pending_request(struct cma_id *p, const struct iw_mpa_frame *f)
+/* A pending connection whose request is in becomes an id the user sees, in REQ_RCVD,
+ * with the listener's channel and context and the connection's addresses. Returns the
+ * listener. */
+static struct cma_id *pending_to_id(struct cma_id *p)
 {
 	struct cma_id *l = p->parent, **pp;
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
-	struct cma_event *e;
-	int user_len = take_info(p, f);
 
-	if (user_len < 0) {
-		/* Not a softverbs peer: it cannot reach our QPs. */
-		send_frame(p, IW_MPA_REPLY, IW_MPA_FLAG_REJECT, NULL, 0, false);
-		pending_drop(p, "peer is not softverbs");
-		return;
-	}
-	if ((p->remote.qp_type == IBV_QPT_UD) != (l->id.qp_type == IBV_QPT_UD)) {
-		/* RDMA_PS_TCP and RDMA_PS_UDP are different services on the same port
-		 * number: for the requester nobody listens on its. */
-		p->conn.qp_num = 0;
-		send_frame(p, IW_MPA_REPLY, IW_MPA_FLAG_REJECT, NULL, 0, true);
-		pending_drop(p, "no listener in the requester's port space");
-		return;
-	}
 	for (pp = &l->pending; *pp; pp = &(*pp)->next_pending) {
 		if (*pp == p) {
 			*pp = p->next_pending;
@@ -225,6 +310,87 @@ static void pending_request(struct cma_id *p, const struct iw_mpa_frame *f)
 	p->deadline_ns = 0;
 	p->rx_len = 0;
 	cma_watch(p, EPOLLIN | EPOLLRDHUP);
+	return l;
+}
+
+/* An iWARP request (RFC 5044 §7.1, RFC 6581): the private data is the consumer's. */
+static void pending_iwarp(struct cma_id *p, const struct iw_mpa_params *par,
+			  const unsigned char *user, uint16_t user_len)
+{
+	unsigned char pd[CMA_PD_BUF];
+	struct cma_id *l = p->parent;
+	struct cma_event *e;
+
+	p->iwarp = true;
+	p->mpa_crc = par->flags & IW_MPA_FLAG_CRC;
+	p->mpa_rev = par->rev;
+	if (l->id.qp_type == IBV_QPT_UD || user_len > UINT8_MAX || par->p2p) {
+		/* UD has no iWARP connection; an event cannot report more than 255 bytes of
+		 * private data (a u8); peer-to-peer RTR is not offered (siw does not ask). */
+		(void)send_iwarp(p, IW_MPA_REPLY, true, NULL, 0);
+		pending_drop(p, l->id.qp_type == IBV_QPT_UD ? "an iWARP request to a UD listener"
+				: user_len > UINT8_MAX ? "iWARP private data above 255 bytes"
+				: "peer-to-peer mode asked for");
+		return;
+	}
+	memset(&p->remote, 0, sizeof(p->remote));
+	/* RFC 6581 §5: the initiator's IRD and ORD; revision 1 carries none (one Read). */
+	p->remote.ird = par->enhanced ? cap_rd(par->ird) : 1;
+	p->remote.ord = par->enhanced ? cap_rd(par->ord) : 1;
+	p->rfc7306 = cma_rfc7306_wanted();
+	memcpy(pd, user, user_len);
+	pending_to_id(p);
+	memcpy(p->remote.gid, p->id.route.addr.addr.ibaddr.dgid.raw, 16);
+	e = cma_event_new(l, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+	if (!e)
+		return;
+	e->ev.id = &p->id;
+	e->ev.listen_id = &l->id;
+	e->child = p;
+	/* This side gives the Reads the initiator sends at once, and sends at most as
+	 * many as the initiator takes. */
+	p->resp_res = p->remote.ord;
+	p->init_depth = p->remote.ird;
+	fill_conn_param(p, &e->ev.param.conn);
+	copy_pdata(e, pd, user_len, user_len); /* raw, its own length (no IB CM padding) */
+	cma_event_post(e);
+}
+
+/* A complete request on a pending connection: it becomes an id the user sees. */
+static void pending_request(struct cma_id *p)
+{
+	struct cma_id *l = p->parent;
+	struct sockaddr_storage peer;
+	socklen_t plen = sizeof(peer);
+	struct iw_mpa_params par;
+	const unsigned char *user;
+	uint16_t ulen;
+	struct iw_mpa_frame f;
+	struct cma_event *e;
+	int user_len = -1;
+
+	if (iw_mpa_decode(p->rx, p->rx_len, IW_MPA_REQUEST, &par, &user, &ulen) < 0) {
+		pending_drop(p, "not an MPA request");
+		return;
+	}
+	/* The shm handshake: revision 1, a softverbs trailer, from this host. */
+	if (!par.enhanced && !getpeername(p->fd, (struct sockaddr *)&peer, &plen) &&
+	    cma_addr_is_local((struct sockaddr *)&peer) &&
+	    iw_mpa_parse(p->rx, p->rx_len, IW_MPA_REQUEST, &f) > 0)
+		user_len = take_info(p, &f);
+	if (user_len < 0) {
+		pending_iwarp(p, &par, user, ulen);
+		return;
+	}
+	if ((p->remote.qp_type == IBV_QPT_UD) != (l->id.qp_type == IBV_QPT_UD)) {
+		/* RDMA_PS_TCP and RDMA_PS_UDP are different services on the same port
+		 * number: for the requester nobody listens on its. */
+		p->conn.qp_num = 0;
+		send_frame(p, IW_MPA_REPLY, IW_MPA_FLAG_REJECT, NULL, 0, true);
+		pending_drop(p, "no listener in the requester's port space");
+		return;
+	}
+	pending_to_id(p);
 
 	e = cma_event_new(l, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
 	if (!e)
@@ -234,12 +400,12 @@ static void pending_request(struct cma_id *p, const struct iw_mpa_frame *f)
 	e->child = p;
 	/* UD: the request carries only private data (SIDR REQ). */
 	if (p->id.qp_type == IBV_QPT_UD) {
-		copy_pdata(e, f->pd, user_len, CMA_PD_SEEN_UD_REQ);
+		copy_pdata(e, f.pd, user_len, CMA_PD_SEEN_UD_REQ);
 	} else {
 		p->resp_res = p->remote.ord;
 		p->init_depth = p->remote.ird;
 		fill_conn_param(p, &e->ev.param.conn);
-		copy_pdata(e, f->pd, user_len, CMA_PD_SEEN_REQ);
+		copy_pdata(e, f.pd, user_len, CMA_PD_SEEN_REQ);
 	}
 	cma_event_post(e);
 }
@@ -253,7 +419,12 @@ static void active_refused(struct cma_id *id)
 
 	cma_close_fd(id);
 	id->state = CMA_ERROR;
-	if (id->id.qp_type == IBV_QPT_UD) {
+	if (id->iwarp) {
+		/* iWARP: kernel rdma_cm reports the refused TCP connect as it comes. */
+		e = cma_event_new(id, RDMA_CM_EVENT_REJECTED, -ECONNREFUSED);
+		if (e)
+			copy_pdata(e, NULL, 0, 0);
+	} else if (id->id.qp_type == IBV_QPT_UD) {
 		e = cma_event_new(id, RDMA_CM_EVENT_UNREACHABLE, CMA_SIDR_UNSUPPORTED);
 		if (e)
 			copy_pdata(e, NULL, 0, CMA_PD_SEEN_UD_REP);
@@ -317,8 +488,12 @@ static void active_connected(struct cma_id *id)
 	len = sizeof(ss);
 	if (!getsockname(id->fd, (struct sockaddr *)&ss, &len))
 		memcpy(&id->id.route.addr.src_storage, &ss, len);
-	err = send_frame(id, IW_MPA_REQUEST, 0, id->conn.private_data,
-			 id->conn.private_data_len, true);
+	if (id->iwarp)
+		err = send_iwarp(id, IW_MPA_REQUEST, false, id->conn.private_data,
+				 id->conn.private_data_len);
+	else
+		err = send_frame(id, IW_MPA_REQUEST, 0, id->conn.private_data,
+				 id->conn.private_data_len, true);
 	if (err) {
 		active_fail(id, RDMA_CM_EVENT_UNREACHABLE, err);
 		return;
@@ -326,6 +501,57 @@ static void active_connected(struct cma_id *id)
 	id->req_sent = true;
 	id->deadline_ns = sv_now_ns() + REPLY_WAIT_NS;
 	cma_watch(id, EPOLLIN | EPOLLRDHUP);
+}
+
+/* The iWARP reply (RFC 5044 §7.1, RFC 6581) is in id->rx, whole. */
+static void active_reply_iwarp(struct cma_id *id)
+{
+	struct iw_mpa_params par;
+	const unsigned char *user;
+	uint16_t user_len;
+	struct cma_event *e;
+
+	id->deadline_ns = 0;
+	if (iw_mpa_decode(id->rx, id->rx_len, IW_MPA_REPLY, &par, &user, &user_len) < 0 ||
+	    user_len > UINT8_MAX) {
+		active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO);
+		return;
+	}
+	if (par.flags & IW_MPA_FLAG_REJECT) {
+		/* As kernel rdma_cm reports siw's: REJECTED, -ECONNREFUSED, the PD raw. */
+		cma_close_fd(id);
+		id->state = CMA_ERROR;
+		e = cma_event_new(id, RDMA_CM_EVENT_REJECTED, -ECONNREFUSED);
+		if (e) {
+			copy_pdata(e, user, user_len, user_len);
+			e->work = CMA_WORK_QP_ERROR;
+			cma_event_post(e);
+		}
+		return;
+	}
+	/* The responder decides: its C bit says whether CRC is on (as siw initiators do). */
+	id->mpa_crc = par.flags & IW_MPA_FLAG_CRC;
+	id->rfc7306 = cma_rfc7306_wanted();
+	memset(&id->remote, 0, sizeof(id->remote));
+	/* RFC 6581 §5: the responder's IRD and ORD; revision 1 carries none (one Read). */
+	id->remote.ird = par.enhanced ? cap_rd(par.ird) : 1;
+	id->remote.ord = par.enhanced ? cap_rd(par.ord) : 1;
+	memcpy(id->remote.gid, id->id.route.addr.addr.ibaddr.dgid.raw, 16);
+	id->resp_res = cap_rd(id->conn.responder_resources);
+	id->init_depth = cap_rd(id->conn.initiator_depth);
+	if (id->init_depth > id->remote.ird)
+		id->init_depth = id->remote.ird; /* never more Reads out than the peer takes */
+	/* What follows on the stream is FPDUs, for the QP: from now on only its end is
+	 * watched. The QP takes the stream when the application reads the event. */
+	cma_watch(id, EPOLLRDHUP);
+	id->state = CMA_REPLIED;
+	e = cma_event_new(id, RDMA_CM_EVENT_CONNECT_RESPONSE, 0);
+	if (e) {
+		e->work = CMA_WORK_REPLY;
+		fill_conn_param(id, &e->ev.param.conn);
+		copy_pdata(e, user, user_len, user_len);
+		cma_event_post(e);
+	}
 }
 
 static void active_reply(struct cma_id *id, const struct iw_mpa_frame *f)
@@ -396,6 +622,13 @@ static void peer_gone(struct cma_id *id)
 		active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
 		break;
 	case CMA_REPLIED:
+		if (id->iwarp) {
+			/* The connection was up (the reply is in): the QP still takes the
+			 * stream, with what the peer sent before it closed, when the event
+			 * is read; ESTABLISHED, then DISCONNECTED, as on an iWARP NIC. */
+			cma_unwatch(id);
+			break;
+		}
 		/* Told when the reply's event is read. */
 		id->peer_closed = true;
 		cma_close_fd(id);
@@ -411,12 +644,19 @@ static void peer_gone(struct cma_id *id)
 		id->state = CMA_ERROR;
 		post(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
 		break;
-	case CMA_CONNECTED:
-		/* The QP is the application's: it calls rdma_disconnect, which stops it. */
+	case CMA_CONNECTED: {
+		struct cma_event *e;
+
+		/* The QP is the application's: it calls rdma_disconnect, which stops it. On
+		 * iWARP the stream it ran on is gone with the peer: reading the event moves
+		 * it to ERROR (as siw's QP goes when its TCP connection closes). */
 		cma_close_fd(id);
 		id->state = CMA_DISCONNECTED;
-		post(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+		e = post(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+		if (e && id->iwarp)
+			e->work = CMA_WORK_QP_ERROR;
 		break;
+	}
 	default:
 		cma_close_fd(id);
 		break;
@@ -427,7 +667,7 @@ static void on_input(struct cma_id *id, uint32_t events)
 {
 	struct iw_mpa_frame f;
 	ssize_t n;
-	int len;
+	int r;
 
 	if (id->state == CMA_LISTEN) {
 		listener_accept(id);
@@ -437,42 +677,54 @@ static void on_input(struct cma_id *id, uint32_t events)
 		active_connected(id);
 		return;
 	}
-	n = recv(id->fd, id->rx + id->rx_len, sizeof(id->rx) - id->rx_len, MSG_DONTWAIT);
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
-		return;
-	if (n <= 0) {
-		if (id->parent)
-			pending_drop(id, "closed before its request");
-		else if (id->state == CMA_CONNECT && id->rx_len == 0 && n < 0 &&
-			 errno == ECONNREFUSED)
-			refused(id);
-		else
+	if (id->adopted || (id->iwarp && id->state == CMA_REPLIED)) {
+		/* iWARP after the reply: the stream is the QP's; only its end is ours. */
+		if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
 			peer_gone(id);
 		return;
 	}
-	id->rx_len += (size_t)n;
-
 	if (id->parent) {
-		len = iw_mpa_parse(id->rx, id->rx_len, IW_MPA_REQUEST, &f);
-		if (len == -EAGAIN && id->rx_len < sizeof(id->rx))
+		r = read_frame(id, IW_MPA_REQUEST);
+		if (r == 0)
 			return;
-		if (len < 0 || (size_t)len != id->rx_len)
+		if (r == -EPROTO)
 			pending_drop(id, "not an MPA request");
+		else if (r < 0)
+			pending_drop(id, "closed before its request");
+		else if (more_queued(id))
+			pending_drop(id, "bytes after the MPA request");
 		else
-			pending_request(id, &f);
+			pending_request(id);
 		return;
 	}
-	switch (id->state) {
-	case CMA_CONNECT:
-		len = iw_mpa_parse(id->rx, id->rx_len, IW_MPA_REPLY, &f);
-		if (len == -EAGAIN && id->rx_len < sizeof(id->rx))
+	if (id->state == CMA_CONNECT) {
+		r = read_frame(id, IW_MPA_REPLY);
+		if (r == 0)
 			return;
-		if (len < 0 || (size_t)len != id->rx_len)
+		if (r == -ECONNREFUSED && id->rx_len == 0)
+			refused(id);
+		else if (r == -ECONNRESET || (r < 0 && r != -EPROTO))
+			peer_gone(id);
+		else if (r < 0)
+			active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO);
+		else if (id->iwarp)
+			active_reply_iwarp(id);
+		else if (more_queued(id) || iw_mpa_parse(id->rx, id->rx_len, IW_MPA_REPLY, &f) < 0)
 			active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO);
 		else
 			active_reply(id, &f);
 		id->rx_len = 0;
 		return;
+	}
+	n = recv(id->fd, id->rx + id->rx_len, sizeof(id->rx) - id->rx_len, MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		peer_gone(id);
+		return;
+	}
+	id->rx_len += (size_t)n;
+	switch (id->state) {
 	case CMA_ACCEPTED:
 		if (id->rx_len < CMA_RTU_LEN)
 			return;
@@ -590,6 +842,8 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 
 	if (!id)
 		return fail(EINVAL);
+	if (cid->iwarp)
+		max = CMA_PD_IWARP; /* no IB CM header; what siw takes */
 	if (conn_param && conn_param->private_data_len &&
 	    (conn_param->private_data_len > max || !conn_param->private_data))
 		return fail(EINVAL);
@@ -622,6 +876,11 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		cid->conn.rnr_retry_count = 7;
 	if (!cid->id.qp && !conn_param && cid->id.qp_type != IBV_QPT_UD)
 		err = EINVAL; /* nobody to say which QP connects */
+	if (!cid->id.qp && cid->iwarp) {
+		/* The stream is handed to the id's QP: one made by rdma_create_qp. */
+		sv_info("rdma_connect: an iWARP connection needs the QP of rdma_create_qp");
+		err = EINVAL;
+	}
 	cid->psn = cma_random_psn(cid);
 	cid->req_sent = false;
 	if (!err && connect(cid->fd, &id->route.addr.dst_addr,
@@ -651,9 +910,62 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 /* Refuses the request in front of @id (under cma_lock): R bit, @pd as private data. */
 static void refuse(struct cma_id *id, const void *pd, uint8_t len)
 {
-	if (!id->peer_closed && id->fd >= 0)
+	if (!id->peer_closed && id->fd >= 0 && id->iwarp)
+		(void)send_iwarp(id, IW_MPA_REPLY, true, pd, len);
+	else if (!id->peer_closed && id->fd >= 0)
 		send_frame(id, IW_MPA_REPLY, IW_MPA_FLAG_REJECT, pd, len, false);
 	cma_close_fd(id);
+}
+
+/*
+ * rdma_accept of an iWARP request (under cma_lock; the parameters checked): the QP takes
+ * the stream in INIT and goes to RTR and RTS, then the reply goes (the initiator sends
+ * FPDUs once it has it: the QP is ready for them), and the connection is established.
+ * 0, or an errno for rdma_accept (the request is then refused and the id in ERROR).
+ */
+static int accept_iwarp(struct cma_id *id, const struct rdma_conn_param *param)
+{
+	int err;
+
+	id->resp_res = cap_rd(id->conn.responder_resources);
+	id->init_depth = cap_rd(id->conn.initiator_depth);
+	if (id->init_depth > id->remote.ird)
+		id->init_depth = id->remote.ird; /* RFC 6581: no more Reads than it takes */
+	if (!id->peer_closed && id->fd >= 0) {
+		/* A peer gone since its request (the CM thread may not have seen it yet). */
+		struct pollfd pf = { .fd = id->fd, .events = POLLRDHUP };
+
+		if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+			id->peer_closed = true;
+	}
+	if (id->peer_closed) {
+		cma_qp_to_error(id);
+		id->state = CMA_ERROR;
+		post(id, RDMA_CM_EVENT_CONNECT_ERROR, -ECONNRESET);
+		return 0;
+	}
+	err = -cma_qp_adopt(id);
+	if (!err)
+		err = -send_iwarp(id, IW_MPA_REPLY, false, param ? param->private_data : NULL,
+				  param ? param->private_data_len : 0);
+	if (err) {
+		if (!id->adopted)
+			refuse(id, NULL, 0);
+		cma_close_fd(id);
+		cma_qp_to_error(id);
+		id->state = CMA_ERROR;
+		return err;
+	}
+	id->state = CMA_CONNECTED;
+	{
+		struct cma_event *e = cma_event_new(id, RDMA_CM_EVENT_ESTABLISHED, 0);
+
+		if (e) {
+			fill_conn_param(id, &e->ev.param.conn);
+			cma_event_post(e);
+		}
+	}
+	return 0;
 }
 
 int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
@@ -665,6 +977,8 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 
 	if (!id)
 		return fail(EINVAL);
+	if (cid->iwarp)
+		max = CMA_PD_IWARP;
 	pthread_mutex_lock(&cma_lock);
 	if (cid->state != CMA_REQ_RCVD) {
 		pthread_mutex_unlock(&cma_lock);
@@ -691,6 +1005,17 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		refuse(cid, NULL, 0);
 		cma_qp_to_error(cid);
 		cid->state = CMA_ERROR;
+	}
+	if (!err && cid->iwarp && !cid->id.qp) {
+		sv_info("rdma_accept: an iWARP connection needs the QP of rdma_create_qp");
+		err = EINVAL;
+	}
+	if (!err && cid->iwarp) {
+		err = accept_iwarp(cid, conn_param);
+		pthread_mutex_unlock(&cma_lock);
+		if (err)
+			return fail(err);
+		return cid->sync ? cma_wait_event(cid) : 0;
 	}
 	if (!err) {
 		cid->resp_res = cid->conn.responder_resources;
@@ -746,6 +1071,8 @@ static int reject(struct rdma_cm_id *id, const void *private_data, uint8_t priva
 
 	if (!id)
 		return fail(EINVAL);
+	if (cid->iwarp)
+		max = CMA_PD_IWARP;
 	if (private_data_len && (private_data_len > max || !private_data))
 		return fail(EINVAL);
 	pthread_mutex_lock(&cma_lock);

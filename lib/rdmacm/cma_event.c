@@ -35,14 +35,19 @@ static void event_process(struct cma_event *e)
 	case CMA_WORK_REPLY:
 		if (id->state != CMA_REPLIED)
 			break;
-		if (!id->id.qp) {
+		if (!id->id.qp && !id->iwarp) {
 			/* The application drives its own QP: it calls rdma_establish. */
 			id->state = CMA_RESPONSE;
 			break;
 		}
-		err = id->peer_closed ? -ECONNRESET : cma_qp_to_rts(id);
-		if (!err)
-			err = cma_send_rtu(id);
+		if (id->iwarp) {
+			/* The QP takes the stream: no RTU on iWARP, FPDUs come next. */
+			err = cma_qp_adopt(id);
+		} else {
+			err = id->peer_closed ? -ECONNRESET : cma_qp_to_rts(id);
+			if (!err)
+				err = cma_send_rtu(id);
+		}
 		if (err) {
 			cma_close_fd(id);
 			cma_qp_to_error(id);

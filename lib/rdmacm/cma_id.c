@@ -288,7 +288,7 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 	struct sockaddr_storage src;
 	int err, status = 0;
 
-	(void)timeout_ms; /* on one host the answer is immediate */
+	(void)timeout_ms; /* the routing table answers at once */
 	if (!id)
 		return fail(EINVAL);
 	if ((err = check_family(dst_addr)))
@@ -303,6 +303,8 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 		return fail(EINVAL);
 	}
 	memcpy(&id->route.addr.dst_storage, dst_addr, (size_t)cma_sockaddr_len(dst_addr));
+	/* A peer on this host is reached over shm, unless told to take iWARP anyway. */
+	cid->iwarp = id->qp_type != IBV_QPT_UD && cma_iwarp_forced();
 	if (cma_addr_is_multicast(dst_addr)) {
 		/* A group: joined from the source address (or loopback), nothing to resolve. */
 		if (cid->state == CMA_IDLE) {
@@ -319,12 +321,37 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 			err = cma_addr_is_local((struct sockaddr *)&src) ?
 				id_bind(cid, (struct sockaddr *)&src) : EADDRNOTAVAIL;
 		}
+		if (!err && !cma_addr_is_loopback(&id->route.addr.src_addr)) {
+			/* From an address that reaches other hosts, the group would too:
+			 * multicast between hosts is not part of iWARP. */
+			status = -EOPNOTSUPP;
+			sv_info("rdma_resolve_addr: multicast from an address that reaches other "
+				"hosts: softverbs' groups are on this host only (join from loopback)");
+		}
+	} else if (!cma_addr_is_local(dst_addr) && id->qp_type == IBV_QPT_UD) {
+		/* Datagrams and multicast between hosts come with a RoCE v2 wire: iWARP
+		 * carries connected QPs only (docs/conformance.md). */
+		status = -EOPNOTSUPP;
+		sv_info("rdma_resolve_addr: UD (RDMA_PS_UDP) to another host: iWARP has no "
+			"datagrams; softverbs reaches UD peers on the same host only");
 	} else if (!cma_addr_is_local(dst_addr)) {
-		/* Reaching other hosts needs the iWARP wire; until then the address has no
-		 * route from this device, as a RoCE port without a neighbour reports it. */
-		status = -EHOSTUNREACH;
-		sv_info("rdma_resolve_addr: not an address of this host; softverbs reaches "
-			"peers on the same host only (no inter-host wire yet)");
+		/* Another host: an iWARP connection, from the address the route gives. */
+		cid->iwarp = true;
+		if (cid->state == CMA_IDLE) {
+			if (src_addr) {
+				memcpy(&src, src_addr, (size_t)cma_sockaddr_len(src_addr));
+				if (!addr_any((struct sockaddr *)&src) &&
+				    !cma_addr_is_local((struct sockaddr *)&src))
+					err = EADDRNOTAVAIL;
+			} else {
+				status = cma_route_source(dst_addr, &src);
+				if (status)
+					sv_info("rdma_resolve_addr: no route to the address: %s",
+						strerror(-status));
+			}
+			if (!err && !status)
+				err = id_bind(cid, (struct sockaddr *)&src);
+		}
 	} else if (cid->state == CMA_IDLE) {
 		if (src_addr) {
 			memcpy(&src, src_addr, (size_t)cma_sockaddr_len(src_addr));

@@ -71,6 +71,13 @@ int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex
 		return fail(EINVAL);
 	if (!id->verbs || id->qp_type != IBV_QPT_UD || !cma_addr_is_multicast(addr))
 		return fail(EINVAL);
+	if (!cma_addr_is_loopback(&id->route.addr.src_addr)) {
+		/* A group joined from an address that reaches other hosts would span them:
+		 * not part of iWARP (UD and multicast between hosts come with RoCE v2). */
+		sv_info("rdma_join_multicast: the id's address reaches other hosts; "
+			"softverbs' groups are on this host only (join from loopback)");
+		return fail(EOPNOTSUPP);
+	}
 	mc = calloc(1, sizeof(*mc));
 	if (!mc)
 		return fail(ENOMEM);

@@ -9,6 +9,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+#include <softverbs/softverbs.h>
 
 int cma_sgid_index(struct cma_id *id)
 {
@@ -114,6 +118,13 @@ static int init_attr(struct cma_id *id, struct ibv_qp_attr *a, int *mask)
 		a->rnr_retry = passive ? id->conn.rnr_retry_count : id->remote.rnr_retry;
 		a->retry_cnt = a->retry_cnt > 7 ? 7 : a->retry_cnt;
 		a->rnr_retry = a->rnr_retry > 7 ? 7 : a->rnr_retry;
+		if (id->iwarp) {
+			/* iWARP exchanges no retry counts (TCP retransmits): the most
+			 * patient, so that the core's timers never give up on a live
+			 * stream. */
+			a->retry_cnt = 7;
+			a->rnr_retry = 7;
+		}
 		a->max_rd_atomic = clamp_rd_atom(id, id->init_depth);
 		*mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 			IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
@@ -194,6 +205,48 @@ int cma_qp_to_rts(struct cma_id *id)
 	if (err)
 		sv_info("rdma_cm: moving QP %u to RTS failed: %s", id->id.qp->qp_num, strerror(err));
 	return -err;
+}
+
+/*
+ * iWARP: the QP (in INIT) takes the id's TCP connection, whose MPA exchange is done or
+ * about to be (passive: the reply goes after this), then goes to RTR and RTS. The id
+ * keeps a dup() of the socket to see the stream end; it never reads it again. Under
+ * cma_lock. 0 or -errno.
+ */
+int cma_qp_adopt(struct cma_id *id)
+{
+	struct softverbs_stream s = {
+		.crc = id->mpa_crc, .rfc7306 = id->rfc7306,
+		.ird = id->resp_res, .ord = id->init_depth,
+	};
+	struct ibv_qp_attr cur;
+	struct ibv_qp_init_attr init;
+	int watch, err;
+
+	if (!id->id.qp || id->fd < 0)
+		return -EINVAL;
+	if (ibv_query_qp(id->id.qp, &cur, IBV_QP_STATE, &init) || cur.qp_state != IBV_QPS_INIT) {
+		sv_info("rdma_cm: QP %u is not in INIT: it cannot take the iWARP stream",
+			id->id.qp->qp_num);
+		return -EINVAL;
+	}
+	watch = fcntl(id->fd, F_DUPFD_CLOEXEC, 0);
+	if (watch < 0)
+		return -errno;
+	cma_unwatch(id);
+	err = softverbs_qp_adopt_stream(id->id.qp, id->fd, &s);
+	if (err) {
+		/* Not an iWARP QP (made with ibv_create_qp, not rdma_create_qp), or busy. */
+		sv_info("rdma_cm: QP %u cannot take the iWARP stream: %s", id->id.qp->qp_num,
+			strerror(err));
+		close(watch);
+		return -err;
+	}
+	/* The QP owns the stream now (it closes it on RESET, ERR and destroy). */
+	id->fd = watch;
+	id->adopted = true;
+	cma_watch(id, EPOLLRDHUP);
+	return cma_qp_to_rts(id);
 }
 
 void cma_qp_to_error(struct cma_id *id)
@@ -289,7 +342,24 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 		attr->send_cq = id->send_cq;
 	if (!attr->recv_cq)
 		attr->recv_cq = id->recv_cq ? id->recv_cq : attr->send_cq;
-	qp = ibv_create_qp_ex(id->verbs, attr);
+	if (cid->iwarp && attr->qp_type != IBV_QPT_UD) {
+		/* The peer is on another host: the QP goes on the iWARP wire, which takes
+		 * the connection's stream at connect or accept. */
+		struct ibv_qp_init_attr init;
+
+		if (attr->comp_mask & ~(uint32_t)IBV_QP_INIT_ATTR_PD) {
+			sv_info("rdma_create_qp_ex: an iWARP id's QP takes the attributes of "
+				"ibv_create_qp only (comp_mask 0x%x)", attr->comp_mask);
+			destroy_cqs(cid);
+			return fail(EOPNOTSUPP);
+		}
+		memcpy(&init, attr, sizeof(init));
+		qp = softverbs_create_qp_on_wire(attr->pd, &init, SOFTVERBS_WIRE_IWARP);
+		if (qp)
+			memcpy(attr, &init, sizeof(init));
+	} else {
+		qp = ibv_create_qp_ex(id->verbs, attr);
+	}
 	if (!qp) {
 		err = errno;
 		destroy_cqs(cid);

@@ -339,3 +339,10 @@ void ct_pair_close(struct ct_pair *p)
 		fail_msg("ct_pair_close: rdma_destroy_id failed: client errno %d, server errno %d, "
 			 "listener errno %d (0: destroyed)", client, server, listener);
 }
+
+bool ct_cm_iwarp(void)
+{
+	const char *e = getenv("SOFTVERBS_CM_WIRE");
+
+	return e && !strcmp(e, "iwarp");
+}

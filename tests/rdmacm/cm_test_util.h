@@ -55,6 +55,21 @@ uint16_t ct_free_port(int family);
 /* "IPv4", "IPv6". */
 const char *ct_family_str(int family);
 
+/* ---- the wire -------------------------------------------------------------------------- */
+
+/* True when the tests run with SOFTVERBS_CM_WIRE=iwarp (ctest's *_iwarp entries): the
+ * connections are iWARP on loopback. */
+bool ct_cm_iwarp(void);
+/* Skips the test with @why when ct_cm_iwarp(): an IB CM behaviour iWARP answers
+ * differently (docs/conformance.md, "Between hosts"; test_cm_iwarp.c checks iWARP's). */
+#define ct_skip_on_iwarp(why)                                                              \
+	do {                                                                               \
+		if (ct_cm_iwarp()) {                                                       \
+			print_message("    IB CM behaviour; on iWARP %s: skipped\n", why);  \
+			skip();                                                            \
+		}                                                                          \
+	} while (0)
+
 /* ---- completions ---------------------------------------------------------------------- */
 
 /* Polls @cq for one completion: fails the test after @timeout_ms, or if its wr_id or
