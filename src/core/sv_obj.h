@@ -232,6 +232,8 @@ struct sv_qp {
 
 	/* --- the data path (src/core/sv_qp.c, sv_req.c, sv_comp.c, sv_resp.c) --- */
 	const struct sv_wire_ops *wire; /* how messages reach the peer */
+	bool wire_fixed;              /* chosen by its creator (softverbs_create_qp_on_wire,
+				       * SOFTVERBS_WIRE): where the peer is changes nothing */
 	void *wire_qp;                /* the wire's state of this QP */
 	struct sv_qp_pub pub;         /* what the wire and the responder read without qp->lock */
 	atomic_int eng_ref;           /* pinned by a poller or the progress thread */

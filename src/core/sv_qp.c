@@ -236,6 +236,21 @@ void sv_qp_data_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state
 		sv_spin_lock(&qp->sq.lock);
 		sv_qp_flush_sq_locked(qp);
 		pthread_spin_unlock(&qp->sq.lock);
+		/* A receive a SEND in segments had begun to fill is flushed first (it left the
+		 * queue when its first segment came). */
+		sv_rx_lock(qp);
+		if (qp->rx_active && qp->rx_dst.cq) {
+			struct ibv_wc wc = {
+				.wr_id = qp->rx_recv.wr_id,
+				.status = IBV_WC_WR_FLUSH_ERR,
+				.opcode = IBV_WC_RECV,
+				.qp_num = qp->ibv.qp_base.qp_num,
+			};
+
+			qp->rx_active = false;
+			sv_cq_push(qp->rx_dst.cq, &wc, false);
+		}
+		sv_rx_unlock(qp);
 		sv_spin_lock(&qp->rq.lock);
 		sv_qp_flush_rq_locked(qp);
 		pthread_spin_unlock(&qp->rq.lock);

@@ -62,7 +62,8 @@ static bool connected(enum ibv_qp_type type)
 
 void sv_wire_qp_created(struct sv_qp *qp)
 {
-	if (!forced() && connected(qp->ibv.qp_base.qp_type) && qp->wire == &sv_wire_shm)
+	qp->wire_fixed = forced() || next_wire;
+	if (!qp->wire_fixed && connected(qp->ibv.qp_base.qp_type) && qp->wire == &sv_wire_shm)
 		iw_wire_prepare_qpn(qp->ibv.qp_base.qp_num);
 }
 
@@ -70,7 +71,7 @@ const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp)
 {
 	const struct ibv_ah_attr *ah = &qp->attr.ah_attr;
 
-	if (forced() || !connected(qp->ibv.qp_base.qp_type))
+	if (qp->wire_fixed || !connected(qp->ibv.qp_base.qp_type))
 		return qp->wire;
 	/* A LID names a port of this host (softverbs' LIDs are host-unique); a GID of ours,
 	 * this host; any other GID, another host. */

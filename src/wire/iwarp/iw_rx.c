@@ -636,9 +636,18 @@ static int rx_one(struct iw_qp *iq)
 
 		if (iq->crc)
 			pl.crc = iw_crc_update(iw_crc_init(), iq->stage + iq->st_off, (size_t)hl);
+		bool defer_last;
+
 		if (request ? !request_hdr(iq, &ih, (uint32_t)hl, &h)
 			    : !answer_hdr(iq, &ih, (uint32_t)hl, &h))
 			return -1;
+		/* A large FPDU that ends a Send or a Read Response is placed from the socket
+		 * before its CRC is read: what it ends (the receive's or the READ's completion)
+		 * comes after the CRC, as a segment of its own, empty (RFC 5044 §6). */
+		defer_last = iq->crc && (h.flags & SV_F_LAST) && iq->st_len - iq->st_off < need &&
+			     (h.op == SV_OP_SEND || h.op == SV_OP_READ_RESP);
+		if (defer_last)
+			h.flags &= (uint8_t)~SV_F_LAST;
 		if (request) {
 			iq->rx_last_op = ih.opcode;
 			iq->rx_last_hdr_len = (uint32_t)hl < IW_TERM_MAX ? (uint32_t)hl
@@ -659,6 +668,20 @@ static int rx_one(struct iw_qp *iq)
 			if (pl.failed)
 				iw_link_down(iq, "the connection failed");
 			return -1;
+		}
+		if (defer_last && atomic_load(&iq->link) == IW_LINK_UP) {
+			struct iw_pl none = { .p.copy = copy, .iq = iq };
+
+			h.flags = (uint8_t)((h.flags & ~SV_F_FIRST) | SV_F_LAST);
+			h.offset += h.len;
+			h.len = 0;
+			if (request) {
+				h.msn++;
+				(void)sv_resp_deliver(qp, &h, &none.p);
+				iq->rx_msn++; /* the empty segment's msn */
+			} else if (h.msn) {
+				(void)sv_comp_deliver(qp, &h, &none.p);
+			}
 		}
 		if (request)
 			request_done(iq, &ih);
