@@ -28,14 +28,12 @@ cmake --build build-tsan -j"$(nproc)"
 # The shm ring's threaded test, the core over its test wire and the iWARP port's handoff
 # test (unit_test_iw_conn: each peer's progress thread serves the port) run there too.
 # Two at a time: 107 s instead of 212 on an idle machine.
-# Not the rdma_cm tests over iWARP (rdmacm_*_iwarp, rdmacm_test_cm_iwarp) for now: TSan
-# reports races inside src/wire/iwarp/iw_qp.c that the iWARP wire's own tests do not run
-# into here (iq->ord written by iw_qp_adopt vs read by iw_tx_ackable from arm/has_work;
-# iq->watch cleared by disconnect vs read by arm; iq->acked_told by local_answers vs
-# iw_tx_ackable). They come back once those fields are atomics or read under a lock.
+# The data tests and the rdma_cm tests run again over iWARP (*_iwarp), and the hostile
+# peer against an iWARP QP (verbs_test_iw_hostile): the wire's transmit and receive
+# threads, its port and its hand-over under TSan.
 (cd build-tsan && TSAN_OPTIONS="die_after_fork=0 halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
-  ctest --output-on-failure -j2 -R '^(verbs_test_data_|verbs_test_claims|rdmacm_|unit_test_(assist|shm_fifo|iw_conn)|core_test_core_wire$)' \
-  -E '_silent_peer|_other_user|_iwarp$|test_cm_iwarp')
+  ctest --output-on-failure -j2 -R '^(verbs_test_data_|verbs_test_claims|verbs_test_iw_hostile$|rdmacm_|unit_test_(assist|shm_fifo|iw_conn)|core_test_core_wire$)' \
+  -E '_silent_peer|_other_user')
 
 echo "== clang build"
 CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
