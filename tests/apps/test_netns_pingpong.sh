@@ -46,7 +46,9 @@ need ucmatose
 need rdma_server
 need cmtime
 need ib_send_lat
-export SOFTVERBS_WIRE=iwarp
+# No SOFTVERBS_WIRE: a QP whose peer is on the other host moves to iWARP by itself.
+# Both ends are softverbs: rdma_cm may take RFC 7306 (atomics) too.
+export SOFTVERBS_CM_RFC7306=1
 T=60 # seconds each program may take (timeout -k 5)
 
 ns_pair

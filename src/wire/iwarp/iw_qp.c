@@ -354,11 +354,14 @@ static int qp_connect(struct sv_qp *qp, uint32_t qpn, void **conn)
 	};
 	fd = iw_conn_dial((struct sockaddr *)&ss, len, &want, IW_DIAL_TIMEOUT_MS);
 	sv_dbg("iwarp qp %u: dials qp %u: %d", iq->qpn, qpn, fd);
-	if (fd < 0)
+	/* Nobody answers the port this moment (its holder exiting, the next one taking it
+	 * over): dialed again shortly, within the set-up's grace and the retry timer. */
+	if (fd < 0 && fd != -ECONNREFUSED)
 		return fd;
 	d = calloc(1, sizeof(*d));
 	if (!d) {
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 		return -ENOMEM;
 	}
 	d->fd = fd;
@@ -366,6 +369,10 @@ static int qp_connect(struct sv_qp *qp, uint32_t qpn, void **conn)
 	d->to = ss;
 	d->to_len = len;
 	d->want = want;
+	if (fd < 0) {
+		*conn = d;
+		return 0;
+	}
 	tune(fd);
 	sv_engine_lock();
 	err = sv_engine_watch_oneshot_locked(fd, on_event, iq, &d->watch);
@@ -400,15 +407,21 @@ static void *attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
 			sv_engine_kick();
 		return NULL;
 	}
-	atomic_store(&iq->fd, d->fd);
-	iq->watch = d->watch;
 	iq->crc = d->crc;
 	iq->dial_to = d->to;
 	iq->dial_len = d->to_len;
 	*iq->dial_want = d->want;
 	iq->redial_wait_ms = 10;
-	atomic_store(&iq->link, IW_LINK_DIALING);
 	d->kept = true;
+	if (d->fd < 0) {
+		atomic_store(&iq->redial_at, sv_now_ns() + 10000000ull);
+		atomic_store(&iq->link, IW_LINK_REDIAL);
+		sv_engine_kick();
+		return d;
+	}
+	atomic_store(&iq->fd, d->fd);
+	iq->watch = d->watch;
+	atomic_store(&iq->link, IW_LINK_DIALING);
 	/* The progress thread may sleep with this QP unwatched: it arms it anew. */
 	sv_engine_kick();
 	return d;
@@ -421,7 +434,7 @@ static void release(struct sv_qp *qp, void *conn)
 	(void)qp;
 	if (!d || d == &expecting)
 		return;
-	if (!d->kept) {
+	if (!d->kept && d->fd >= 0) {
 		sv_engine_lock();
 		sv_engine_unwatch_locked(d->watch);
 		sv_engine_unlock();
@@ -535,9 +548,14 @@ static void flush(struct sv_qp *qp)
 {
 	struct iw_qp *iq = iw_of(qp);
 
+	int err;
+
 	probe(qp, iq);
-	if (iw_tx_flush(iq) < 0)
+	err = iw_tx_flush(iq);
+	if (err < 0) {
+		sv_dbg("iwarp qp %u: sendmsg: %s", iq->qpn, strerror(-err));
 		atomic_store(&iq->fatal, true);
+	}
 }
 
 /* --- the passive side: a connection handed to us ---------------------------------------- */
@@ -686,6 +704,8 @@ static void redial(struct sv_qp *qp, struct iw_qp *iq)
 		fd = -1;
 	} else if (atomic_load(&iq->link) == IW_LINK_REDIAL) {
 		atomic_store(&iq->redial_at, sv_now_ns() + iq->redial_wait_ms * 1000000ull);
+		if (iq->redial_wait_ms < 1000)
+			iq->redial_wait_ms *= 2;
 	}
 	pthread_spin_unlock(&qp->sq.lock);
 	sv_rx_unlock(qp);
