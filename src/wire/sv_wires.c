@@ -62,8 +62,13 @@ static bool connected(enum ibv_qp_type type)
 
 void sv_wire_qp_created(struct sv_qp *qp)
 {
-	qp->wire_fixed = forced() || next_wire;
-	if (!qp->wire_fixed && connected(qp->ibv.qp_base.qp_type) && qp->wire == &sv_wire_shm)
+	bool cm = next_wire != NULL; /* softverbs_create_qp_on_wire: rdma_cm's */
+
+	qp->wire_fixed = forced() || cm;
+	/* A connected QP that may set up a connection verbs-only (not rdma_cm's, not one
+	 * kept on shm) is reachable through the host's port from now on. */
+	if (!cm && connected(qp->ibv.qp_base.qp_type) &&
+	    (qp->wire == &sv_wire_iwarp || !forced()))
 		iw_wire_prepare_qpn(qp->ibv.qp_base.qp_num);
 }
 

@@ -36,6 +36,7 @@ enum {
 	IW_DIAL_TIMEOUT_MS = 3000,
 	IW_IRD_ORD_MAX = 128,    /* as siw (RFC 6581 words hold 14 bits) */
 	IW_SETUP_GRACE_MS = 1000, /* the connection's set-up, before the retry timer runs */
+	IW_REDIAL_MAX_MS = 4000,  /* ... and how long after it a port nobody answers is dialed */
 };
 
 /* --- what this process set up once ---------------------------------------------------------- */
@@ -221,8 +222,8 @@ static int setup(struct sv_qp *qp, uint32_t *qpn)
 	iw_rx_reset(iq);
 	iq->confirm = want_confirm();
 	qp->wire_qp = iq;
-	/* Someone on this host answers the port, so that a peer dialing us finds us. */
-	(void)iw_conn_port_ensure();
+	/* (The host's port is for verbs-only set-up: a QP that expects its peer makes sure
+	 * someone answers it, at RTR; rdma_cm's QPs never need it.) */
 	return 0;
 }
 
@@ -684,6 +685,13 @@ static void redial(struct sv_qp *qp, struct iw_qp *iq)
 
 	if (atomic_load(&iq->link) != IW_LINK_REDIAL || sv_now_ns() < atomic_load(&iq->redial_at))
 		return;
+	/* Nobody has answered the peer host's port for a while: nobody is there (a UC QP
+	 * has no retry timer to give up for it). */
+	if (sv_now_ns() > iq->deadline + IW_REDIAL_MAX_MS * 1000000ull) {
+		sv_dbg("iwarp qp %u: nobody answers for qp %u: given up", iq->qpn, iq->peer_qpn);
+		atomic_store(&iq->link, IW_LINK_DOWN);
+		return;
+	}
 	atomic_store(&iq->redial_at, UINT64_MAX); /* one dialer at a time */
 	fd = iw_conn_dial((struct sockaddr *)&iq->dial_to, iq->dial_len, iq->dial_want, 200);
 	if (fd >= 0) {
