@@ -286,6 +286,16 @@ static void sent(struct iw_qp *iq, const struct sv_hdr *h, const struct iw_hdr *
 	atomic_store_explicit(&iq->sent_head, head + 1, memory_order_release);
 }
 
+/* RFC 6581: at most ORD Read Requests and atomics outstanding, our placement probes
+ * counted (the core counts only the application's): the next waits for an answer. */
+static bool ord_full(struct iw_qp *iq)
+{
+	uint32_t out = atomic_load(&iq->rd_head) - atomic_load(&iq->rd_tail) +
+		       atomic_load(&iq->at_head) - atomic_load(&iq->at_tail);
+
+	return iq->ord && out >= iq->ord;
+}
+
 static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iovec *iov,
 		      int n_iov)
 {
@@ -348,6 +358,9 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 	case SV_OP_READ_REQ: {
 		uint32_t head = atomic_load_explicit(&iq->rd_head, memory_order_relaxed);
 
+		if (ord_full(iq))
+			return -EAGAIN;
+
 		if (head - atomic_load_explicit(&iq->rd_tail, memory_order_acquire) >= IW_RDQ ||
 		    h->total > UINT32_MAX)
 			return -EAGAIN;
@@ -373,6 +386,9 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 	}
 	case SV_OP_ATOMIC: {
 		uint32_t head = atomic_load_explicit(&iq->at_head, memory_order_relaxed);
+
+		if (ord_full(iq))
+			return -EAGAIN;
 
 		if (!iq->ext)
 			return refuse_local(iq, h);
