@@ -315,6 +315,28 @@ static void peer_terminated(struct iw_qp *iq, const struct iw_hdr *ih)
 	iw_link_down(iq, NULL);
 }
 
+/*
+ * RFC 6581 / RFC 5040 §6.5: at most IRD Read Requests and atomics outstanding (their
+ * answers not yet handed to TCP). A request taken already (held, delivered again) is
+ * not taken twice. False after the Terminate for one past IRD.
+ */
+static bool ird_admit(struct iw_qp *iq, uint32_t hl, const struct iw_rd *rd)
+{
+	uint32_t out = iq->ird_tail - iq->ird_head;
+	bool again = out && iq->irdq[(iq->ird_tail - 1) % IW_RDQ].msn == rd->msn;
+
+	if (again)
+		return true;
+	if (out + atomic_load(&iq->ird_unsent) >= iq->ird) {
+		violation(iq, (struct iw_term){ IW_TERM_RDMAP, IW_ETYPE_RDMAP_REMOTE_OP,
+						IW_ECODE_RDMAP_STREAM_CATA }, hl);
+		return false;
+	}
+	iq->irdq[iq->ird_tail % IW_RDQ] = *rd;
+	iq->ird_tail++;
+	return true;
+}
+
 /* The core's neutral header of a request FPDU, and the checks of its DDP queue. Returns
  * false (after a Terminate) when the FPDU breaks the protocol. */
 static bool request_hdr(struct iw_qp *iq, const struct iw_hdr *ih, uint32_t hl, struct sv_hdr *h)
@@ -366,22 +388,11 @@ static bool request_hdr(struct iw_qp *iq, const struct iw_hdr *ih, uint32_t hl, 
 		h->total = iq->rx_write_bytes;
 		h->len = 0;
 		return true;
-	case IW_OP_READ_REQ: {
-		uint32_t out = iq->ird_tail - iq->ird_head;
-
-		/* RFC 6581 / RFC 5040 §6.5: at most IRD Read Requests outstanding. */
-		if (out + atomic_load(&iq->ird_unsent) >= iq->ird &&
-		    !(out && iq->irdq[(iq->ird_tail - 1) % IW_RDQ].msn == h->msn)) {
-			violation(iq, (struct iw_term){ IW_TERM_RDMAP, IW_ETYPE_RDMAP_REMOTE_OP,
-							IW_ECODE_RDMAP_STREAM_CATA }, hl);
+	case IW_OP_READ_REQ:
+		if (!ird_admit(iq, hl, &(struct iw_rd){ .msn = h->msn, .sink_stag = ih->sink_stag,
+							.sink_to = ih->sink_to,
+							.size = ih->read_size }))
 			return false;
-		}
-		if (!out || iq->irdq[(iq->ird_tail - 1) % IW_RDQ].msn != h->msn) {
-			iq->irdq[iq->ird_tail % IW_RDQ] = (struct iw_rd){
-				.msn = h->msn, .sink_stag = ih->sink_stag, .sink_to = ih->sink_to,
-				.size = ih->read_size };
-			iq->ird_tail++;
-		}
 		h->op = SV_OP_READ_REQ;
 		h->flags = SV_F_FIRST | SV_F_LAST;
 		h->rkey = ih->src_stag;
@@ -389,21 +400,10 @@ static bool request_hdr(struct iw_qp *iq, const struct iw_hdr *ih, uint32_t hl, 
 		h->total = ih->read_size;
 		h->len = 0;
 		return true;
-	}
 	case IW_OP_ATOMIC_REQ: {
-		uint32_t out = iq->ird_tail - iq->ird_head;
-
-		if (out + atomic_load(&iq->ird_unsent) >= iq->ird &&
-		    !(out && iq->irdq[(iq->ird_tail - 1) % IW_RDQ].msn == h->msn)) {
-			violation(iq, (struct iw_term){ IW_TERM_RDMAP, IW_ETYPE_RDMAP_REMOTE_OP,
-							IW_ECODE_RDMAP_STREAM_CATA }, hl);
+		if (!ird_admit(iq, hl, &(struct iw_rd){ .msn = h->msn,
+							.req_id = ih->atomic_req_id, .size = 8 }))
 			return false;
-		}
-		if (!out || iq->irdq[(iq->ird_tail - 1) % IW_RDQ].msn != h->msn) {
-			iq->irdq[iq->ird_tail % IW_RDQ] = (struct iw_rd){
-				.msn = h->msn, .req_id = ih->atomic_req_id, .size = 8 };
-			iq->ird_tail++;
-		}
 		h->op = SV_OP_ATOMIC;
 		h->flags = SV_F_FIRST | SV_F_LAST;
 		if (ih->atomic_op == IW_ATOMIC_CMP_SWAP) {
