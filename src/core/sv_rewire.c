@@ -31,10 +31,17 @@ int sv_qp_rewire(struct sv_qp *qp, const struct sv_wire_ops *to)
 	sv_engine_remove_qp(qp);
 	qp->wire->disconnect(qp);
 	from->qp_leave(qp);
+	/* The wire changes under the engine's lock: what looks the QP up by number there
+	 * (a wire's hand-over) sees the old wire or the new one, and the new one's state
+	 * only once it is made (a wire publishes wire_qp under that lock too). */
+	sv_engine_lock();
 	qp->wire = to;
+	sv_engine_unlock();
 	err = to->qp_take(qp, qpn);
 	if (err) {
+		sv_engine_lock();
 		qp->wire = from; /* back where it was (its state made anew) */
+		sv_engine_unlock();
 		if (from->qp_take(qp, qpn))
 			sv_err("qp %u: lost its wire moving to %s", qpn, to->name);
 	}

@@ -201,6 +201,12 @@ static int setup(struct sv_qp *qp, uint32_t *qpn)
 	}
 	atomic_store(&iq->fd, -1);
 	atomic_store(&iq->incoming, -1);
+	iq->qp = qp;
+	iw_tx_init(iq);
+	iw_rx_reset(iq);
+	iq->confirm = want_confirm();
+	/* Under the engine's lock, with the port's handler (incoming): the QP's state is
+	 * published there together with what was handed over for its number meanwhile. */
 	sv_engine_lock();
 	if (!*qpn) {
 		err = claim_qpn(qp, qpn);
@@ -210,18 +216,17 @@ static int setup(struct sv_qp *qp, uint32_t *qpn)
 		if (!err)
 			atomic_store(&iq->incoming, pend_take_locked(*qpn, &iq->incoming_params));
 	}
+	if (!err) {
+		iq->qpn = *qpn;
+		qp->wire_qp = iq;
+	}
 	sv_engine_unlock();
 	if (err) {
+		pthread_spin_destroy(&iq->txq_lock);
 		free(iq->dial_want);
 		free(iq);
 		return err;
 	}
-	iq->qp = qp;
-	iq->qpn = *qpn;
-	iw_tx_init(iq);
-	iw_rx_reset(iq);
-	iq->confirm = want_confirm();
-	qp->wire_qp = iq;
 	/* (The host's port is for verbs-only set-up: a QP that expects its peer makes sure
 	 * someone answers it, at RTR; rdma_cm's QPs never need it.) */
 	return 0;
@@ -247,13 +252,17 @@ static void teardown(struct sv_qp *qp, bool keep_qpn)
 	if (!keep_qpn)
 		sv_qpn_free(iq->qpn); /* the port's handler finds us no more */
 	sv_engine_unlock();
-	fd = atomic_exchange(&iq->incoming, -1);
-	if (fd >= 0)
-		close(fd);
 	while (atomic_load(&qp->eng_ref))
 		sched_yield();
-	pthread_spin_destroy(&iq->txq_lock);
+	/* Our state goes under the engine's lock: the port's handler (incoming) no longer
+	 * finds it, and nothing it handed over is left behind. */
+	sv_engine_lock();
 	qp->wire_qp = NULL;
+	fd = atomic_exchange(&iq->incoming, -1);
+	sv_engine_unlock();
+	if (fd >= 0)
+		close(fd);
+	pthread_spin_destroy(&iq->txq_lock);
 	free(iq->dial_want);
 	free(iq);
 }
@@ -577,8 +586,9 @@ static void incoming(int fd, const struct iw_params *p)
 		close(fd);
 		return;
 	}
-	if (qp->wire != &sv_wire_iwarp) {
-		/* Still on shm: it moves to iWARP at RTR, when its peer is known remote. */
+	if (qp->wire != &sv_wire_iwarp || !qp->wire_qp) {
+		/* Still on shm (or between wires): it moves to iWARP at RTR, when its peer is
+		 * known remote, and takes this then (setup). */
 		pend_put_locked(p->dest_qpn, fd, &in);
 		return;
 	}
