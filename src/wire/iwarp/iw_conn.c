@@ -27,6 +27,7 @@
 #include "util/sv_log.h"
 #include "util/sv_time.h"
 #include "wire/iwarp/iw_mpa.h"
+#include "wire/iwarp/iw_proto.h"
 #include "wire/sv_qpn.h"
 
 /* ---- the frames ------------------------------------------------------------------ */
@@ -50,28 +51,6 @@ enum {
 static const char sviw_magic[4] = { 'S', 'V', 'I', 'W' };
 
 _Static_assert(IW_CONN_PD_LEN == ENH_LEN + SVIW_LEN, "the frame length the header names");
-
-static void put16(unsigned char *p, uint16_t v)
-{
-	p[0] = (unsigned char)(v >> 8);
-	p[1] = (unsigned char)v;
-}
-
-static void put32(unsigned char *p, uint32_t v)
-{
-	put16(p, (uint16_t)(v >> 16));
-	put16(p + 2, (uint16_t)v);
-}
-
-static uint16_t get16(const unsigned char *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-	return (uint32_t)get16(p) << 16 | get16(p + 2);
-}
 
 /* What mpa_in found: the MPA header's flags and RFC 6581's words, decoded. */
 struct mpa_in {
@@ -101,8 +80,8 @@ static int mpa_out(void *buf, size_t cap, enum iw_mpa_kind kind, uint8_t flags,
 	ird |= p->rtr & IW_RTR_SEND ? ENH_IRD_RTR_SEND : 0;
 	ord |= p->rtr & IW_RTR_WRITE ? ENH_ORD_RTR_WRITE : 0;
 	ord |= p->rtr & IW_RTR_READ ? ENH_ORD_RTR_READ : 0;
-	put16(all, ird);
-	put16(all + 2, ord);
+	iw_put16(all, ird);
+	iw_put16(all + 2, ord);
 	memcpy(all + ENH_LEN, pd, pd_len);
 	n = iw_mpa_build(buf, cap, kind, flags, all, ENH_LEN + pd_len);
 	if (n > 0)
@@ -125,12 +104,12 @@ static int mpa_in(const void *buf, size_t len, enum iw_mpa_kind kind, struct mpa
 	if (f.rev != MPA_REV_ENHANCED || f.pd_len < ENH_LEN)
 		return -EPROTO; /* RFC 6581 §9: a revision-2 frame starts with the words */
 	out->flags = f.flags;
-	out->ird = get16(f.pd) & ENH_DEPTH;
-	out->ord = get16(f.pd + 2) & ENH_DEPTH;
-	out->rtr = (uint8_t)((get16(f.pd) & ENH_IRD_RTR_SEND ? IW_RTR_SEND : 0) |
-			     (get16(f.pd + 2) & ENH_ORD_RTR_WRITE ? IW_RTR_WRITE : 0) |
-			     (get16(f.pd + 2) & ENH_ORD_RTR_READ ? IW_RTR_READ : 0));
-	if (kind == IW_MPA_REQUEST && !(get16(f.pd) & ENH_IRD_P2P))
+	out->ird = iw_get16(f.pd) & ENH_DEPTH;
+	out->ord = iw_get16(f.pd + 2) & ENH_DEPTH;
+	out->rtr = (uint8_t)((iw_get16(f.pd) & ENH_IRD_RTR_SEND ? IW_RTR_SEND : 0) |
+			     (iw_get16(f.pd + 2) & ENH_ORD_RTR_WRITE ? IW_RTR_WRITE : 0) |
+			     (iw_get16(f.pd + 2) & ENH_ORD_RTR_READ ? IW_RTR_READ : 0));
+	if (kind == IW_MPA_REQUEST && !(iw_get16(f.pd) & ENH_IRD_P2P))
 		out->rtr = 0; /* RFC 6581: the RTR kinds mean something in peer-to-peer only */
 	out->pd = f.pd + ENH_LEN;
 	out->pd_len = f.pd_len - ENH_LEN;
@@ -146,8 +125,8 @@ static int build(void *buf, size_t cap, enum iw_mpa_kind kind, uint8_t flags,
 	pd[4] = SVIW_VERSION;
 	pd[5] = (uint8_t)((p->ext ? SVIW_F_EXT : 0) | (p->crc ? SVIW_F_CRC : 0));
 	pd[6] = pd[7] = 0;
-	put32(pd + 8, p->src_qpn);
-	put32(pd + 12, p->dest_qpn);
+	iw_put32(pd + 8, p->src_qpn);
+	iw_put32(pd + 12, p->dest_qpn);
 	/* RFC 5044 §7.1: markers never (siw refuses them); C as asked or echoed. */
 	flags |= p->crc ? IW_MPA_FLAG_CRC : 0;
 	return mpa_out(buf, cap, kind, flags, p, pd, sizeof(pd));
@@ -170,8 +149,8 @@ static int parse(const void *buf, size_t len, enum iw_mpa_kind kind, struct iw_p
 	    m.pd[4] < SVIW_VERSION)
 		return -EBADMSG;
 	memset(got, 0, sizeof(*got));
-	got->src_qpn = get32(m.pd + 8);
-	got->dest_qpn = get32(m.pd + 12);
+	got->src_qpn = iw_get32(m.pd + 8);
+	got->dest_qpn = iw_get32(m.pd + 12);
 	got->ird = m.ird;
 	got->ord = m.ord;
 	got->crc = m.flags & IW_MPA_FLAG_CRC;
@@ -845,7 +824,7 @@ static void tcp_request(struct pend *p, uint32_t events)
 			break;
 		/* Read no further than the frame: what follows is the QP's. */
 		need = p->len < IW_MPA_HDR_LEN ? IW_MPA_HDR_LEN - p->len
-					       : IW_MPA_HDR_LEN + get16(p->buf + 18) - p->len;
+					       : IW_MPA_HDR_LEN + iw_get16(p->buf + 18) - p->len;
 		r = recv(p->fd, p->buf + p->len, need, MSG_DONTWAIT);
 		if (r > 0) {
 			p->len += (size_t)r;

@@ -37,41 +37,6 @@ const char *iw_op_name(uint8_t opcode)
 	return iw_op_info[opcode].name;
 }
 
-static void put16(unsigned char *p, uint16_t v)
-{
-	p[0] = (unsigned char)(v >> 8);
-	p[1] = (unsigned char)v;
-}
-
-static void put32(unsigned char *p, uint32_t v)
-{
-	p[0] = (unsigned char)(v >> 24);
-	p[1] = (unsigned char)(v >> 16);
-	p[2] = (unsigned char)(v >> 8);
-	p[3] = (unsigned char)v;
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-	put32(p, (uint32_t)(v >> 32));
-	put32(p + 4, (uint32_t)v);
-}
-
-static uint16_t get16(const unsigned char *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-	return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
-
 int iw_hdr_encode(void *buf, const struct iw_hdr *h)
 {
 	unsigned char *p = buf;
@@ -94,27 +59,27 @@ int iw_hdr_encode(void *buf, const struct iw_hdr *h)
 	ulpdu = op->hdr_len - IW_MPA_LEN_BYTES + h->payload_len;
 
 	memset(p, 0, op->hdr_len);
-	put16(p, (uint16_t)ulpdu);
+	iw_put16(p, (uint16_t)ulpdu);
 	p[2] = (unsigned char)((op->tagged ? IW_DDP_T : 0) | (h->last ? IW_DDP_L : 0) |
 			       IW_DDP_VERSION);
 	p[3] = (unsigned char)(IW_RDMAP_VERSION << IW_RDMAP_RV_SHIFT | h->opcode);
 	if (op->tagged) {
-		put32(p + 4, h->stag);
-		put64(p + 8, h->to);
+		iw_put32(p + 4, h->stag);
+		iw_put64(p + 8, h->to);
 		return op->hdr_len;
 	}
 	if (h->opcode == IW_OP_SEND_INV || h->opcode == IW_OP_SEND_SE_INV)
-		put32(p + 4, h->inv_stag);
-	put32(p + 8, op->qn);
-	put32(p + 12, h->msn);
-	put32(p + 16, h->mo);
+		iw_put32(p + 4, h->inv_stag);
+	iw_put32(p + 8, op->qn);
+	iw_put32(p + 12, h->msn);
+	iw_put32(p + 16, h->mo);
 	switch (h->opcode) {
 	case IW_OP_READ_REQ:
-		put32(p + 20, h->sink_stag);
-		put64(p + 24, h->sink_to);
-		put32(p + 32, h->read_size);
-		put32(p + 36, h->src_stag);
-		put64(p + 40, h->src_to);
+		iw_put32(p + 20, h->sink_stag);
+		iw_put64(p + 24, h->sink_to);
+		iw_put32(p + 32, h->read_size);
+		iw_put32(p + 36, h->src_stag);
+		iw_put64(p + 40, h->src_to);
 		break;
 	case IW_OP_TERMINATE:
 		p[20] = (unsigned char)((h->term_layer & 0xf) << 4 | (h->term_etype & 0xf));
@@ -125,21 +90,21 @@ int iw_hdr_encode(void *buf, const struct iw_hdr *h)
 		break;
 	case IW_OP_IMM:
 	case IW_OP_IMM_SE:
-		put64(p + 20, h->imm);
+		iw_put64(p + 20, h->imm);
 		break;
 	case IW_OP_ATOMIC_REQ:
-		put32(p + 20, h->atomic_op);
-		put32(p + 24, h->atomic_req_id);
-		put32(p + 28, h->atomic_stag);
-		put64(p + 32, h->atomic_to);
-		put64(p + 40, h->add_swap);
-		put64(p + 48, h->add_swap_mask);
-		put64(p + 56, h->compare);
-		put64(p + 64, h->compare_mask);
+		iw_put32(p + 20, h->atomic_op);
+		iw_put32(p + 24, h->atomic_req_id);
+		iw_put32(p + 28, h->atomic_stag);
+		iw_put64(p + 32, h->atomic_to);
+		iw_put64(p + 40, h->add_swap);
+		iw_put64(p + 48, h->add_swap_mask);
+		iw_put64(p + 56, h->compare);
+		iw_put64(p + 64, h->compare_mask);
 		break;
 	case IW_OP_ATOMIC_RESP:
-		put32(p + 20, h->atomic_req_id);
-		put64(p + 24, h->orig_value);
+		iw_put32(p + 20, h->atomic_req_id);
+		iw_put64(p + 24, h->orig_value);
 		break;
 	default:
 		break;
@@ -194,7 +159,7 @@ int iw_hdr_decode(const void *buf, size_t len, bool ext, struct iw_hdr *h, struc
 	h->opcode = opcode;
 	h->tagged = tagged;
 	h->last = p[2] & IW_DDP_L;
-	h->ulpdu_len = get16(p);
+	h->ulpdu_len = iw_get16(p);
 	if (h->ulpdu_len < op->hdr_len - IW_MPA_LEN_BYTES)
 		return bad_shape(term);
 	h->payload_len = h->ulpdu_len - (op->hdr_len - IW_MPA_LEN_BYTES);
@@ -206,26 +171,26 @@ int iw_hdr_decode(const void *buf, size_t len, bool ext, struct iw_hdr *h, struc
 		return -EAGAIN;
 
 	if (tagged) {
-		h->stag = get32(p + 4);
-		h->to = get64(p + 8);
+		h->stag = iw_get32(p + 4);
+		h->to = iw_get64(p + 8);
 		return op->hdr_len;
 	}
 	if (opcode == IW_OP_SEND_INV || opcode == IW_OP_SEND_SE_INV)
-		h->inv_stag = get32(p + 4);
-	h->qn = get32(p + 8);
-	h->msn = get32(p + 12);
-	h->mo = get32(p + 16);
+		h->inv_stag = iw_get32(p + 4);
+	h->qn = iw_get32(p + 8);
+	h->msn = iw_get32(p + 12);
+	h->mo = iw_get32(p + 16);
 	if (h->qn != op->qn)
 		return fault(term, IW_TERM_DDP, IW_ETYPE_DDP_UNTAGGED, IW_ECODE_DDP_U_INV_QN);
 	if (op->single && h->mo)
 		return fault(term, IW_TERM_DDP, IW_ETYPE_DDP_UNTAGGED, IW_ECODE_DDP_U_INV_MO);
 	switch (opcode) {
 	case IW_OP_READ_REQ:
-		h->sink_stag = get32(p + 20);
-		h->sink_to = get64(p + 24);
-		h->read_size = get32(p + 32);
-		h->src_stag = get32(p + 36);
-		h->src_to = get64(p + 40);
+		h->sink_stag = iw_get32(p + 20);
+		h->sink_to = iw_get64(p + 24);
+		h->read_size = iw_get32(p + 32);
+		h->src_stag = iw_get32(p + 36);
+		h->src_to = iw_get64(p + 40);
 		break;
 	case IW_OP_TERMINATE:
 		h->term_layer = p[20] >> 4;
@@ -237,25 +202,25 @@ int iw_hdr_decode(const void *buf, size_t len, bool ext, struct iw_hdr *h, struc
 		break;
 	case IW_OP_IMM:
 	case IW_OP_IMM_SE:
-		h->imm = get64(p + 20);
+		h->imm = iw_get64(p + 20);
 		break;
 	case IW_OP_ATOMIC_REQ:
-		body = get32(p + 20);
+		body = iw_get32(p + 20);
 		h->atomic_op = body & 0xf; /* the 28 bits above it are reserved */
 		if (h->atomic_op > IW_ATOMIC_CMP_SWAP)
 			return fault(term, IW_TERM_RDMAP, IW_ETYPE_RDMAP_REMOTE_OP,
 				     IW_ECODE_RDMAP_INV_OPCODE);
-		h->atomic_req_id = get32(p + 24);
-		h->atomic_stag = get32(p + 28);
-		h->atomic_to = get64(p + 32);
-		h->add_swap = get64(p + 40);
-		h->add_swap_mask = get64(p + 48);
-		h->compare = get64(p + 56);
-		h->compare_mask = get64(p + 64);
+		h->atomic_req_id = iw_get32(p + 24);
+		h->atomic_stag = iw_get32(p + 28);
+		h->atomic_to = iw_get64(p + 32);
+		h->add_swap = iw_get64(p + 40);
+		h->add_swap_mask = iw_get64(p + 48);
+		h->compare = iw_get64(p + 56);
+		h->compare_mask = iw_get64(p + 64);
 		break;
 	case IW_OP_ATOMIC_RESP:
-		h->atomic_req_id = get32(p + 20);
-		h->orig_value = get64(p + 24);
+		h->atomic_req_id = iw_get32(p + 20);
+		h->orig_value = iw_get64(p + 24);
 		break;
 	default:
 		break;

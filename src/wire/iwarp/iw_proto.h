@@ -214,6 +214,40 @@ struct iw_term {
 	uint8_t layer, etype, ecode;
 };
 
+/* Big-endian fields, as every field of these headers goes on the wire. */
+static inline void iw_put16(unsigned char *p, uint16_t v)
+{
+	p[0] = (unsigned char)(v >> 8);
+	p[1] = (unsigned char)v;
+}
+
+static inline void iw_put32(unsigned char *p, uint32_t v)
+{
+	iw_put16(p, (uint16_t)(v >> 16));
+	iw_put16(p + 2, (uint16_t)v);
+}
+
+static inline void iw_put64(unsigned char *p, uint64_t v)
+{
+	iw_put32(p, (uint32_t)(v >> 32));
+	iw_put32(p + 4, (uint32_t)v);
+}
+
+static inline uint16_t iw_get16(const unsigned char *p)
+{
+	return (uint16_t)(p[0] << 8 | p[1]);
+}
+
+static inline uint32_t iw_get32(const unsigned char *p)
+{
+	return (uint32_t)iw_get16(p) << 16 | iw_get16(p + 2);
+}
+
+static inline uint64_t iw_get64(const unsigned char *p)
+{
+	return (uint64_t)iw_get32(p) << 32 | iw_get32(p + 4);
+}
+
 /* Pad bytes after a ULPDU of @ulpdu_len bytes (RFC 5044 §4.1: to a multiple of 4,
  * counting the 2 bytes of ULPDU_Length). */
 static inline uint32_t iw_pad(uint32_t ulpdu_len)

@@ -250,11 +250,6 @@ static void violation(struct iw_qp *iq, struct iw_term t, uint32_t hl)
 	iw_link_down(iq, "protocol violation by the peer");
 }
 
-static uint32_t be32(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 /*
  * The core msn of the request a Terminate names by the DDP header it carries (RFC 5040
  * §4.8); without one, the first not yet known complete.
@@ -275,11 +270,11 @@ static uint32_t culprit(struct iw_qp *iq, const struct iw_hdr *ih)
 	if (!tagged && ih->payload_len < IW_HDR_UNTAGGED)
 		return fallback;
 	if (tagged) {
-		key = be32(p + 2);
-		to = (uint64_t)be32(p + 6) << 32 | be32(p + 10);
+		key = iw_get32(p + 2);
+		to = iw_get64(p + 6);
 	} else {
-		qn = be32(p + 6);
-		key = be32(p + 10);
+		qn = iw_get32(p + 6);
+		key = iw_get32(p + 10);
 	}
 	for (uint32_t i = 0; i < IW_SENT && i < head; i++) {
 		const struct iw_sent *e = &iq->sent[(head - 1 - i) % IW_SENT];
