@@ -35,10 +35,22 @@ void iw_link_down(struct iw_qp *iq, const char *why)
 void iw_link_closed(struct iw_qp *iq, bool goodbye)
 {
 	struct sv_qp *qp = iq->qp;
-	bool waiting = iw_tx_pending(iq) ||
-		       atomic_load(&iq->rd_head) != atomic_load(&iq->rd_tail) ||
-		       atomic_load(&iq->at_head) != atomic_load(&iq->at_tail) ||
-		       atomic_load(&iq->tx_acked) != iq->acked_told;
+	uint32_t upto = iq->adopted ? iw_tx_written(iq) : 0;
+	bool waiting;
+
+	/* An rdma_cm stream the peer ended in order (a FIN after all we wrote: it read our
+	 * stream to its end) completes what TCP took of ours, as RFC 5040 §5.1 lets it and
+	 * kernel iWARP does; its placement probe may never be answered now. */
+	if (upto) {
+		struct sv_hdr ack = { .op = SV_OP_ACK, .msn = upto, .src_qpn = iw_peer(iq) };
+
+		if (sv_comp_deliver(qp, &ack, NULL) == SV_RX_CONSUMED)
+			iq->acked_told = upto;
+	}
+	/* (A Read or atomic of the application's still out keeps what follows it
+	 * unacknowledged; our own placement probe does not count.) */
+	waiting = iw_tx_pending(iq) || atomic_load(&iq->at_head) != atomic_load(&iq->at_tail) ||
+		  atomic_load(&iq->tx_acked) != iq->acked_told;
 
 	if (!goodbye && (!iq->adopted || waiting)) {
 		iw_link_down(iq, "the peer's end went without a goodbye");

@@ -542,6 +542,19 @@ uint32_t iw_tx_ackable(struct iw_qp *iq)
 	return upto;
 }
 
+uint32_t iw_tx_written(struct iw_qp *iq)
+{
+	uint32_t upto = atomic_load_explicit(&iq->tx_acked, memory_order_acquire), m;
+
+	if (first_waiting(&iq->rd_head, &iq->rd_tail, iq->rdq, &m) && sv_msn_le(m, upto))
+		upto = m - 1;
+	if (first_waiting(&iq->at_head, &iq->at_tail, iq->atq, &m) && sv_msn_le(m, upto))
+		upto = m - 1;
+	if (!upto || sv_msn_le(upto, iq->acked_told))
+		return 0;
+	return upto;
+}
+
 void iw_tx_probe(struct iw_qp *iq)
 {
 	uint32_t head = atomic_load_explicit(&iq->rd_head, memory_order_relaxed), out;

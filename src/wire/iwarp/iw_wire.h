@@ -207,6 +207,8 @@ int iw_tx_take_fd(struct iw_qp *iq, int wait_ms);
  * a Read or atomic that waits for its response, nor past a WRITE not yet known placed.
  * 0: nothing new. */
 uint32_t iw_tx_ackable(struct iw_qp *iq);
+/* rx_busy: as iw_tx_ackable, without waiting for placement: what TCP took. */
+uint32_t iw_tx_written(struct iw_qp *iq);
 /* sq.lock: WRITEs wait to be known placed and no Read is out that will tell: queues a
  * zero-length Read Request (answered after them, RFC 5040 §5.5) within the ORD. */
 void iw_tx_probe(struct iw_qp *iq);
