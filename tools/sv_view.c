@@ -74,6 +74,7 @@ struct tree {
 	int err;
 };
 
+/* Adds @fmt's path to the tree: a file holding @text, or a directory for NULL. */
 static void put(struct tree *t, const char *text, const char *fmt, ...)
 {
 	char path[PATH_MAX];
@@ -84,22 +85,10 @@ static void put(struct tree *t, const char *text, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(path, sizeof(path), fmt, ap);
 	va_end(ap);
-	if (write_file(path, text))
-		t->err = fail(t->why, t->len, "write", path);
-}
-
-static void dir(struct tree *t, const char *fmt, ...)
-{
-	char path[PATH_MAX];
-	va_list ap;
-
-	if (t->err)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(path, sizeof(path), fmt, ap);
-	va_end(ap);
-	if (mkdir(path, 0755) && errno != EEXIST)
+	if (!text && mkdir(path, 0755) && errno != EEXIST)
 		t->err = fail(t->why, t->len, "mkdir", path);
+	else if (text && write_file(path, text))
+		t->err = fail(t->why, t->len, "write", path);
 }
 
 /*
@@ -249,7 +238,7 @@ static int show_sysfs(const struct sv_host *host, char *why, size_t len)
 	sv_port_attr(host, &pattr);
 	if (make_room("/sys/class", "infiniband", why, len))
 		return -1;
-	dir(&t, "%s", d);
+	put(&t, NULL, "%s", d);
 	put(&t, "1: CA\n", "%s/node_type", d);
 	guid_text(text, sizeof(text), host->node_guid);
 	put(&t, text, "%s/node_guid", d);
@@ -259,18 +248,18 @@ static int show_sysfs(const struct sv_host *host, char *why, size_t len)
 	put(&t, "softverbs\n", "%s/hca_type", d);
 	put(&t, "softverbs\n", "%s/board_id", d);
 	put(&t, SV_DEV_NAME "\n", "%s/node_desc", d);
-	dir(&t, "%s/device", d);
+	put(&t, NULL, "%s/device", d);
 	put(&t, "-1\n", "%s/device/numa_node", d);
 	cpumask_text(text, sizeof(text));
 	put(&t, text, "%s/device/local_cpus", d);
-	dir(&t, "%s/device/net", d);
-	dir(&t, "%s/ports", d);
-	dir(&t, "%s/ports/%d", d, SV_PORT_NUM);
-	dir(&t, "%s/ports/%d/gids", d, SV_PORT_NUM);
-	dir(&t, "%s/ports/%d/pkeys", d, SV_PORT_NUM);
-	dir(&t, "%s/ports/%d/gid_attrs", d, SV_PORT_NUM);
-	dir(&t, "%s/ports/%d/gid_attrs/types", d, SV_PORT_NUM);
-	dir(&t, "%s/ports/%d/gid_attrs/ndevs", d, SV_PORT_NUM);
+	put(&t, NULL, "%s/device/net", d);
+	put(&t, NULL, "%s/ports", d);
+	put(&t, NULL, "%s/ports/%d", d, SV_PORT_NUM);
+	put(&t, NULL, "%s/ports/%d/gids", d, SV_PORT_NUM);
+	put(&t, NULL, "%s/ports/%d/pkeys", d, SV_PORT_NUM);
+	put(&t, NULL, "%s/ports/%d/gid_attrs", d, SV_PORT_NUM);
+	put(&t, NULL, "%s/ports/%d/gid_attrs/types", d, SV_PORT_NUM);
+	put(&t, NULL, "%s/ports/%d/gid_attrs/ndevs", d, SV_PORT_NUM);
 	put(&t, "4: ACTIVE\n", "%s/ports/%d/state", d, SV_PORT_NUM);
 	put(&t, "5: LinkUp\n", "%s/ports/%d/phys_state", d, SV_PORT_NUM);
 	put(&t, "100 Gb/sec (4X EDR)\n", "%s/ports/%d/rate", d, SV_PORT_NUM);
@@ -289,7 +278,7 @@ static int show_sysfs(const struct sv_host *host, char *why, size_t len)
 			continue;
 		snprintf(text, sizeof(text), "%s\n", ifname);
 		put(&t, text, "%s/ports/%d/gid_attrs/ndevs/%d", d, SV_PORT_NUM, i);
-		dir(&t, "%s/device/net/%s", d, ifname);
+		put(&t, NULL, "%s/device/net/%s", d, ifname);
 	}
 	for (int i = 0; i < host->n_pkeys; i++) {
 		snprintf(text, sizeof(text), "0x%04x\n", host->pkeys[i]);
@@ -304,7 +293,7 @@ static int show_sysfs(const struct sv_host *host, char *why, size_t len)
 		return -1;
 	if (access(VERBS_CLASS "/abi_version", F_OK))
 		put(&t, "6\n", VERBS_CLASS "/abi_version");
-	dir(&t, VERBS_CLASS "/uverbs0");
+	put(&t, NULL, VERBS_CLASS "/uverbs0");
 	put(&t, SV_DEV_NAME "\n", VERBS_CLASS "/uverbs0/ibdev");
 	put(&t, "6\n", VERBS_CLASS "/uverbs0/abi_version");
 	return t.err;
