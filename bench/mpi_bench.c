@@ -16,7 +16,9 @@
  * The time of a collective is that of the slowest rank (MPI_MAX over ranks) for one
  * call. Each size runs `repeats` times `iters` operations after a warm-up; usec is the
  * median over the repeats of the time per operation, with the minimum and the mean
- * beside it; the bandwidths come from the median.
+ * beside it; the bandwidths come from the median. `iters` moves about 64 MiB (16 with
+ * --quick) per repeat, 10..2000 operations, fewer when the timed warm-up shows that a
+ * repeat would last more than --repeat-ms (an oversubscribed host).
  *
  * Before it is timed, every size is checked once: the ping-pong's bytes arrive on both
  * sides as sent, the all-reduce's sums are exact (small integers in floats), and every
@@ -43,6 +45,7 @@ struct opts {
 	size_t budget;        /* bytes moved per repeat, which sets the iterations */
 	unsigned min_iters;
 	unsigned max_iters;
+	double repeat_s;      /* and at most this long per repeat (above min_iters) */
 	const char *out_path; /* NULL: stdout */
 };
 
@@ -68,6 +71,8 @@ static void usage(FILE *f)
 		"  --max-size B     largest message in bytes (default 4194304)\n"
 		"  --factor F       sizes grow by 2 or 4 (default 2; 4 with --quick)\n"
 		"  --repeats R      timed repeats per size, 1..%d (default 5; 3 with --quick)\n"
+		"  --repeat-ms MS   a repeat lasts about MS ms at most (default 200; 50 with\n"
+		"                   --quick): fewer iterations when operations are slow\n"
 		"  --quick          factor 4, 3 repeats, a quarter of the iterations\n"
 		"  --out FILE       rank 0 writes the TSV to FILE instead of stdout\n"
 		"  -h, --help       this text (printed without starting MPI)\n"
@@ -112,11 +117,11 @@ static int parse_tests(const char *s, unsigned *tests)
 /* 0: run; 1: --help printed; -1: bad usage (message printed). */
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-	int quick = 0, factor_set = 0, repeats_set = 0;
+	int quick = 0, factor_set = 0, repeats_set = 0, repeat_ms_set = 0;
 	*o = (struct opts){ .min_bytes = 1, .max_bytes = 4u << 20, .factor = 2,
 			    .tests = TEST_PINGPONG | TEST_ALLREDUCE | TEST_ALLGATHER,
 			    .repeats = 5, .budget = 64u << 20, .min_iters = 10,
-			    .max_iters = 2000 };
+			    .max_iters = 2000, .repeat_s = 0.2 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -152,6 +157,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				goto bad;
 			o->repeats = (unsigned)r;
 			repeats_set = 1;
+		} else if (!strcmp(a, "--repeat-ms")) {
+			int ms = atoi(v);
+			if (ms < 1 || ms > 10000)
+				goto bad;
+			o->repeat_s = ms / 1e3;
+			repeat_ms_set = 1;
 		} else if (!strcmp(a, "--out")) {
 			o->out_path = v;
 		} else {
@@ -168,6 +179,8 @@ bad:
 			o->factor = 4;
 		if (!repeats_set)
 			o->repeats = 3;
+		if (!repeat_ms_set)
+			o->repeat_s = 0.05;
 		o->budget /= 4;
 		o->max_iters /= 4;
 		o->min_iters = 5;
@@ -259,6 +272,28 @@ static void print_line(struct ctx *c, const char *test, size_t bytes, unsigned i
 	fflush(c->out);
 }
 
+typedef void (*op_fn)(struct ctx *c, size_t arg);
+
+/* The warm-up, timed: a few calls of op tell how long one takes (the slowest rank's
+ * time: every rank must run the same number of calls), so that a repeat of slow
+ * operations (an oversubscribed host) stays near repeat_s. Returns the iterations. */
+static unsigned warm_up(struct ctx *c, op_fn op, size_t arg, unsigned iters)
+{
+	unsigned n = iters / 10 < 2 ? 2 : iters / 10 > 20 ? 20 : iters / 10;
+	op(c, arg);
+	MPI_Barrier(MPI_COMM_WORLD);
+	double t0 = MPI_Wtime();
+	for (unsigned i = 0; i < n; i++)
+		op(c, arg);
+	double mine = (MPI_Wtime() - t0) / n, slowest;
+	MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	if (slowest * iters > c->o->repeat_s) {
+		double fit = c->o->repeat_s / slowest;
+		iters = fit < c->o->min_iters ? c->o->min_iters : (unsigned)fit;
+	}
+	return iters;
+}
+
 /* One round trip between ranks 0 and 1; other ranks do nothing. */
 static void pingpong_once(struct ctx *c, size_t bytes)
 {
@@ -287,8 +322,7 @@ static void run_pingpong(struct ctx *c, size_t bytes)
 	if (c->rank <= 1)
 		check_bytes("pingpong", c->b, 0, bytes, 0, bytes);
 
-	for (unsigned i = 0; i < iters / 10 + 2; i++)
-		pingpong_once(c, bytes);
+	iters = warm_up(c, pingpong_once, bytes, iters);
 	for (unsigned r = 0; r < c->o->repeats; r++) {
 		MPI_Barrier(MPI_COMM_WORLD);
 		double t0 = MPI_Wtime();
@@ -301,9 +335,8 @@ static void run_pingpong(struct ctx *c, size_t bytes)
 }
 
 /* Times `iters` calls of op; returns the slowest rank's time per call. */
-typedef void (*coll_fn)(struct ctx *c, size_t count);
 
-static double time_coll(struct ctx *c, coll_fn op, size_t count, unsigned iters)
+static double time_coll(struct ctx *c, op_fn op, size_t count, unsigned iters)
 {
 	MPI_Barrier(MPI_COMM_WORLD);
 	double t0 = MPI_Wtime();
@@ -342,8 +375,7 @@ static void run_allreduce(struct ctx *c, size_t bytes)
 			fail("allreduce", bytes, "sum", i, res[i], want);
 	}
 
-	for (unsigned i = 0; i < iters / 10 + 2; i++)
-		allreduce_op(c, count);
+	iters = warm_up(c, allreduce_op, count, iters);
 	for (unsigned r = 0; r < c->o->repeats; r++)
 		t[r] = time_coll(c, allreduce_op, count, iters);
 	print_line(c, "allreduce", bytes, iters, t, 2.0 * (c->np - 1) / c->np);
@@ -371,8 +403,7 @@ static void run_allgather(struct ctx *c, size_t bytes)
 	for (int r = 0; r < c->np; r++)
 		check_bytes("allgather", c->b + (size_t)r * part, r, bytes, 0, part);
 
-	for (unsigned i = 0; i < iters / 10 + 2; i++)
-		allgather_op(c, part);
+	iters = warm_up(c, allgather_op, part, iters);
 	for (unsigned r = 0; r < c->o->repeats; r++)
 		t[r] = time_coll(c, allgather_op, part, iters);
 	print_line(c, "allgather", bytes, iters, t, (double)(c->np - 1) / c->np);
