@@ -25,7 +25,10 @@ with mpicc.mpich), then runs it under mpirun.openmpi on one host over each trans
   tcp      --mca pml ob1 --mca btl self,tcp, loopback
 2 ranks: ping-pong, all-reduce, all-gather; each further N of --np: the collectives.
 Every rank count runs all transports one after the other before the next count. A run
-that fails is reported with the end of its log and the script goes on.
+that fails is reported with the end of its log and the script goes on. A softverbs run
+counts only when its log shows that the stack chose softverbs0 (UCX_LOG_LEVEL=info:
+"tag(rc_verbs/softverbs0:1)"; --mca mtl_base_verbose 100: "mtl:ofi:provider:
+softverbs0"); mpi_bench itself checks every size's result before timing it.
 
 options:
   --np LIST          rank counts, comma-separated (default 2,4; 2 always comes first,
@@ -111,14 +114,19 @@ fi
 common=(mpirun.openmpi --oversubscribe -np)
 [ "$(id -u)" -eq 0 ] && common=(mpirun.openmpi --allow-run-as-root --oversubscribe -np)
 
-# launch TRANSPORT NP: sets cmd to the command line (an array).
+# launch TRANSPORT NP: sets cmd to the command line (an array), and proof to what the
+# log must hold to show that the run took the transport it names (the stacks say which
+# device they chose at start-up: UCX's info log, the ofi MTL's verbose output).
 launch() {
 	local t=$1 np=$2
+	proof=
 	case $t in
 	sv-ucx) cmd=("$SV" run -- "${common[@]}" "$np" --mca pml ucx --mca btl '^vader,tcp,openib'
-		-x UCX_TLS=rc,self -x UCX_NET_DEVICES=softverbs0:1) ;;
+		-x UCX_TLS=rc,self -x UCX_NET_DEVICES=softverbs0:1 -x UCX_LOG_LEVEL=info)
+		proof='tag(rc_verbs/softverbs0:1)' ;;
 	sv-ofi) cmd=("$SV" run -- "${common[@]}" "$np" --mca pml cm --mca mtl ofi
-		-x 'FI_PROVIDER=verbs;ofi_rxm') ;;
+		-x 'FI_PROVIDER=verbs;ofi_rxm' --mca mtl_base_verbose 100)
+		proof='mtl:ofi:provider: softverbs0' ;;
 	vader) cmd=("${common[@]}" "$np" --mca pml ob1 --mca btl self,vader) ;;
 	tcp) cmd=("${common[@]}" "$np" --mca pml ob1 --mca btl self,tcp
 		--mca btl_tcp_if_include lo) ;;
@@ -160,7 +168,12 @@ for np in "${np_list[@]}"; do
 		timeout -k 5 "$T" "${cmd[@]}" >"$base.log" 2>&1
 		rc=$?
 		secs=$(python3 -c "import time; print('%.1f' % (time.time() - $start))")
-		if [ $rc -eq 0 ] && [ -s "$base.tsv" ]; then
+		if [ $rc -eq 0 ] && [ -s "$base.tsv" ] && [ -n "$proof" ] && ! grep -qF "$proof" "$base.log"; then
+			failed=$((failed + 1))
+			echo "FAILED $t np $np: the log does not show '$proof': not counted: $(head -n 1 "$base.cmd")"
+			echo "# FAILED: the log does not show '$proof'" >>"$base.cmd"
+			mv -f "$base.tsv" "$base.unconfirmed.tsv"
+		elif [ $rc -eq 0 ] && [ -s "$base.tsv" ]; then
 			echo "ok     $t np $np (${secs} s, load $load): $(head -n 1 "$base.cmd")"
 		else
 			failed=$((failed + 1))
@@ -207,7 +220,7 @@ def table(title, test, n, col, unit, better):
         for t in trs:
             r = data.get((t, n, test), {}).get(b)
             vals[t] = float(r[col]) if r else None
-            cells.append(("%.2f" % vals[t]) if r else "n/a")
+            cells.append(("%.3g" % vals[t]) if r else "n/a")
         for s in ratios:
             a, v = vals.get(s), vals.get("vader")
             cells.append("%.2f" % (a / v) if a is not None and v else "n/a")
@@ -268,7 +281,7 @@ if command -v "$GNUPLOT" >/dev/null; then
 		echo "set terminal svg size 1200,900 dynamic font 'sans,11'"
 		echo "set output 'mpi-onehost.svg'"
 		echo "set multiplot layout 2,2 title 'MPI on one host: softverbs (UCX rc, libfabric verbs;ofi\\_rxm) vs Open MPI vader and tcp — $(date -u +%Y-%m-%d) ${quick:+(quick)}'"
-		echo "set logscale x 2; set logscale y 10; set grid; set key top left font ',9'"
+		echo "set logscale x 2; set logscale y 10; set format y '%g'; set grid; set key top left font ',9'"
 		echo "set xrange [1:4194304]; set xlabel 'message size (bytes)'"
 		echo "set xtics ('1' 1, '16' 16, '256' 256, '4K' 4096, '64K' 65536, '1M' 1048576, '4M' 4194304)"
 		echo "set title 'ping-pong one-way latency (2 ranks)'; set ylabel 'µs'"

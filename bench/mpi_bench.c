@@ -267,7 +267,7 @@ static void print_line(struct ctx *c, const char *test, size_t bytes, unsigned i
 		return;
 	struct stats s = stats_of(t, c->o->repeats);
 	double algbw = (double)bytes / s.med / 1e9;
-	fprintf(c->out, "%s\t%d\t%zu\t%u\t%.3f\t%.3f\t%.3f\t%.4f\t%.4f\n", test, c->np, bytes,
+	fprintf(c->out, "%s\t%d\t%zu\t%u\t%.3f\t%.3f\t%.3f\t%.6g\t%.6g\n", test, c->np, bytes,
 		iters, s.med * 1e6, s.min * 1e6, s.mean * 1e6, algbw, algbw * bus_factor);
 	fflush(c->out);
 }
