@@ -204,6 +204,8 @@ def human(b):
             return f"{b // u} {s}"
     return f"{b} B"
 svs = [t for t in trs if t.startswith("sv-")]
+def fmt(v):  # three significant digits, without exponents
+    return "%.0f" % v if v >= 100 else "%.3g" % v if v >= 1e-3 else "%.2e" % v
 lines = []
 def table(title, test, n, col, unit, better):
     sizes = sorted({b for t in trs for b in data.get((t, n, test), {})})
@@ -220,7 +222,7 @@ def table(title, test, n, col, unit, better):
         for t in trs:
             r = data.get((t, n, test), {}).get(b)
             vals[t] = float(r[col]) if r else None
-            cells.append(("%.3g" % vals[t]) if r else "n/a")
+            cells.append(fmt(vals[t]) if r else "n/a")
         for s in ratios:
             a, v = vals.get(s), vals.get("vader")
             cells.append("%.2f" % (a / v) if a is not None and v else "n/a")
