@@ -450,6 +450,32 @@ static void test_bind_port_zero(void **state)
 	assert_int_equal(errno, EINVAL);
 }
 
+/* rdma_bind_addr to the loopback takes no device, as to the wildcard (Linux: cma_any_addr()
+ * counts both): id->verbs stays NULL until a resolve brings one. libfabric's verbs
+ * provider reads a loopback bind with a device as the device's address (127.0.0.1 offered
+ * to other hosts); to an interface address, test_connect_over_interface_address. */
+static void test_bind_loopback_takes_no_device(void **state)
+{
+	struct fx *f = *state;
+	struct sockaddr_storage ss;
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+
+	need_family(f);
+	ch = fx_channel(f);
+	id = fx_id(f, ch, NULL, RDMA_PS_TCP);
+	assert_int_equal(rdma_bind_addr(id, ct_loopback(&ss, f->family, 0)), 0);
+	assert_null(id->verbs);
+	assert_true(is_loopback(rdma_get_local_addr(id), f->family));
+	/* A listener there hears connects to the loopback (ct_pair_* do it every test). */
+	assert_int_equal(rdma_listen(id, 4), 0);
+	id = fx_id(f, ch, NULL, RDMA_PS_TCP);
+	memset(&ss, 0, sizeof(ss));
+	ss.ss_family = (sa_family_t)f->family;
+	assert_int_equal(rdma_bind_addr(id, (struct sockaddr *)&ss), 0);
+	assert_null(id->verbs);
+}
+
 /* Binding a port another id listens on is EADDRINUSE. */
 static void test_bind_port_of_listener_in_use(void **state)
 {
@@ -2595,6 +2621,7 @@ int main(int argc, char **argv)
 		T(test_create_id_port_spaces),
 		T(test_channel_nonblocking_and_poll),
 		T46(test_bind_port_zero),
+		T46(test_bind_loopback_takes_no_device),
 		T46(test_bind_port_of_listener_in_use),
 		T46(test_bind_port_of_bound_id_in_use),
 		T(test_bind_bad_address),
