@@ -11,11 +11,13 @@
 # The softverbs runs go through `softverbs run`. Writes DIR/<transport>-np<N>.tsv (the
 # benchmark's output), .cmd (the exact command and the load before it), .log, a combined
 # markdown table DIR/mpi.md (with softverbs / vader ratios) and the plots DIR/*.svg.
+# --netns: the ranks on two "hosts", network namespaces joined by a veth pair
+# (tests/apps/netns.sh), softverbs (its iWARP wire) against Open MPI's btl tcp.
 set -uo pipefail
 
 usage() {
 	cat <<'EOF'
-usage: bench/mpi.sh [--np LIST] [--transports LIST] [--quick] [--out DIR]
+usage: bench/mpi.sh [--np LIST] [--transports LIST] [--quick] [--netns] [--out DIR]
 
 Builds bench/mpi_bench.c with mpicc.openmpi into DIR (and checks that it also builds
 with mpicc.mpich), then runs it under mpirun.openmpi on one host over each transport:
@@ -35,6 +37,13 @@ options:
                      ping-pong needs it). More ranks than CPUs: oversubscribed, noisy.
   --transports LIST  a subset of sv-ucx,sv-ofi,vader,tcp (default all)
   --quick            mpi_bench --quick: sizes x4, 3 repeats, fewer iterations
+  --netns            (root) across two network namespaces A and B joined by a veth
+                     pair (10.77.0.1, 10.77.0.2; tests/apps/netns.sh), half the ranks
+                     in each: mpirun in A starts one orted in each namespace through
+                     --mca plm_rsh_agent DIR/agent.sh ("agent.sh HOST CMD": ip netns
+                     exec HOST, pinned to CPU 0 in A and 1 in B, under `softverbs run`
+                     for the softverbs transports), hosts named by namespace, --bind-to
+                     none; tcp over veth0; vader does not apply; ratios against tcp
   --out DIR          where everything goes (default: a new directory in /tmp)
   -h, --help         this text
 
@@ -51,18 +60,15 @@ cd "$(dirname "$0")/.." || exit 2
 nps=2,4
 transports=sv-ucx,sv-ofi,vader,tcp
 quick=
+netns=
 out_dir=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--np) nps=${2:?}; shift ;;
 	--transports) transports=${2:?}; shift ;;
 	--quick) quick=--quick ;;
+	--netns) netns=1 ;;
 	--out) out_dir=${2:?}; shift ;;
-	# TODO(netns): --netns: ranks in two network namespaces (tests/apps/netns.sh's pair),
-	# Open MPI started there by --mca plm_rsh_agent with a script running
-	# `ip netns exec HOST "$@"`, hosts named by namespace; transports sv-ucx/sv-ofi over
-	# the iWARP wire against tcp (vader does not apply). Only launch() and the transport
-	# list change.
 	-h | --help) usage; exit 0 ;;
 	*) echo "mpi.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
 	esac
@@ -75,6 +81,11 @@ for t in "${tr_list[@]}"; do
 	[[ $t =~ ^(sv-ucx|sv-ofi|vader|tcp)$ ]] ||
 		{ echo "mpi.sh: unknown transport '$t' (see --help)" >&2; exit 2; }
 done
+if [ -n "$netns" ]; then
+	# Between hosts there is no shared memory: the reference is btl tcp.
+	tr_list=($(printf '%s\n' "${tr_list[@]}" | grep -vx vader))
+	[ ${#tr_list[@]} -gt 0 ] || { echo "mpi.sh: --netns: no transport left (vader does not apply)" >&2; exit 2; }
+fi
 # 2 first: ping-pong runs there (and the table's ratios read it).
 np_list=(2 $(printf '%s\n' "${np_list[@]}" | grep -vx 2 | sort -nu))
 
@@ -113,6 +124,31 @@ fi
 # The same launch options for every transport: the ranks are placed alike.
 common=(mpirun.openmpi --oversubscribe -np)
 [ "$(id -u)" -eq 0 ] && common=(mpirun.openmpi --allow-run-as-root --oversubscribe -np)
+ref=vader
+where="on one host"
+if [ -n "$netns" ]; then
+	ref=tcp
+	where="across two network namespaces"
+	# The namespaces, deleted on any exit (netns.sh's EXIT trap; it skips, exit 77,
+	# without root).
+	. tests/apps/netns.sh
+	ns_pair
+	agent=$out_dir/agent.sh
+	cat >"$agent" <<-'AGENT'
+		#!/bin/sh
+		# plm_rsh_agent for bench/mpi.sh --netns: "agent.sh HOST CMD..." runs CMD, as a
+		# remote shell would, in the network namespace HOST; pinned to the CPU given for
+		# HOST in MPI_BENCH_CPUS ("NS=CPU ..."), under MPI_BENCH_PREFIX (softverbs run).
+		host=$1
+		shift
+		cpu=$(printf '%s\n' $MPI_BENCH_CPUS | sed -n "s/^$host=//p")
+		exec ip netns exec "$host" taskset -c "${cpu:-0}" $MPI_BENCH_PREFIX sh -c "$*"
+	AGENT
+	chmod +x "$agent"
+	ncpu=$(nproc)
+	export MPI_BENCH_CPUS="$NS_A=0 $NS_B=$((ncpu > 1 ? 1 : 0))"
+	echo "namespaces: $NS_A (10.77.0.1, CPU 0), $NS_B (10.77.0.2, CPU $((ncpu > 1 ? 1 : 0)))"
+fi
 
 # launch TRANSPORT NP: sets cmd to the command line (an array), and proof to what the
 # log must hold to show that the run took the transport it names (the stacks say which
@@ -120,6 +156,10 @@ common=(mpirun.openmpi --oversubscribe -np)
 launch() {
 	local t=$1 np=$2
 	proof=
+	if [ -n "$netns" ]; then
+		launch_netns "$t" "$np"
+		return
+	fi
 	case $t in
 	sv-ucx) cmd=("$SV" run -- "${common[@]}" "$np" --mca pml ucx --mca btl '^vader,tcp,openib'
 		-x UCX_TLS=rc,self -x UCX_NET_DEVICES=softverbs0:1 -x UCX_LOG_LEVEL=info)
@@ -133,6 +173,28 @@ launch() {
 	esac
 }
 
+# launch_netns TRANSPORT NP: the same across the namespaces. mpirun runs in A, ranks
+# fill A's slots then B's (NP/2 each, rounded up), the agent starts each orted (under
+# `softverbs run` for softverbs: the view and the library go with the ranks).
+launch_netns() {
+	local t=$1 np=$2 hosts=$out_dir/hosts-np$np
+	printf '%s slots=%d\n' "$NS_A" $(((np + 1) / 2)) "$NS_B" $(((np + 1) / 2)) >"$hosts"
+	local prefix=
+	[[ $t == sv-* ]] && prefix="$(realpath "$SV") run --"
+	cmd=(env "MPI_BENCH_PREFIX=$prefix" ip netns exec "$NS_A" "${common[@]}" "$np"
+		--hostfile "$hosts" --bind-to none --mca plm_rsh_agent "$agent"
+		--mca oob_tcp_if_include veth0)
+	case $t in
+	sv-ucx) cmd+=(--mca pml ucx --mca btl '^vader,tcp,openib'
+		-x UCX_TLS=rc,self -x UCX_NET_DEVICES=softverbs0:1 -x UCX_LOG_LEVEL=info)
+		proof='tag(rc_verbs/softverbs0:1)' ;;
+	sv-ofi) cmd+=(--mca pml cm --mca mtl ofi -x 'FI_PROVIDER=verbs;ofi_rxm'
+		--mca mtl_base_verbose 100)
+		proof='mtl:ofi:provider: softverbs0' ;;
+	tcp) cmd+=(--mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include veth0) ;;
+	esac
+}
+
 # shquote ARG...: the arguments as a shell would need them typed, quoted only when needed.
 shquote() {
 	local a out=
@@ -143,10 +205,15 @@ shquote() {
 	echo "${out% }"
 }
 
-# tail_of FILE: its last lines that say something, on one line.
-tail_of() { grep -v '^\s*$\|^-*$' "$1" | tail -n 3 | tr '\n' ' ' | cut -c1-300; }
+# tail_of FILE: its first line that names an error, then its last lines, on one line.
+tail_of() {
+	{
+		grep -m 1 -E 'Fatal|[Ee]rror|Segmentation|Aborted|WRONG' "$1"
+		grep -v '^\s*$\|^-*$' "$1" | tail -n 2
+	} | tr '\n' ' ' | cut -c1-400
+}
 
-echo "== MPI on one host: $(date -u +%Y-%m-%dT%H:%M:%SZ), nproc $(nproc), $(uname -sr)"
+echo "== MPI $where: $(date -u +%Y-%m-%dT%H:%M:%SZ), nproc $(nproc), $(uname -sr)"
 echo "   $(mpirun.openmpi --version 2>/dev/null | head -n 1); UCX $(dpkg-query -W -f='${Version}' libucx0 2>/dev/null);" \
 	"libfabric $(dpkg-query -W -f='${Version}' libfabric1 2>/dev/null); mpi_bench: $mpich_note"
 echo "   out: $out_dir; each mpirun under timeout -k 5 $T"
@@ -186,9 +253,10 @@ for np in "${np_list[@]}"; do
 done
 
 # The table (markdown) and the plot data, from the TSVs.
-python3 - "$out_dir" "${tr_list[*]}" "${np_list[*]}" <<'EOF'
+python3 - "$out_dir" "${tr_list[*]}" "${np_list[*]}" "$ref" <<'EOF'
 import csv, os, sys
 out, trs, nps = sys.argv[1], sys.argv[2].split(), [int(n) for n in sys.argv[3].split()]
+ref = sys.argv[4]
 data = {}  # (transport, np, test) -> {bytes: row}
 for t in trs:
     for n in nps:
@@ -211,9 +279,9 @@ def table(title, test, n, col, unit, better):
     sizes = sorted({b for t in trs for b in data.get((t, n, test), {})})
     if not sizes:
         return
-    ratios = [s for s in svs if "vader" in trs]
-    lines.append(f"**{title}** ({unit}; {better}; ratio = softverbs / vader)\n")
-    head = ["bytes"] + trs + [f"{s}/vader" for s in ratios]
+    ratios = [s for s in svs if ref in trs]
+    lines.append(f"**{title}** ({unit}; {better}; ratio = softverbs / {ref})\n")
+    head = ["bytes"] + trs + [f"{s}/{ref}" for s in ratios]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + " ---: |" * len(head))
     for b in sizes:
@@ -224,7 +292,7 @@ def table(title, test, n, col, unit, better):
             vals[t] = float(r[col]) if r else None
             cells.append(fmt(vals[t]) if r else "n/a")
         for s in ratios:
-            a, v = vals.get(s), vals.get("vader")
+            a, v = vals.get(s), vals.get(ref)
             cells.append("%.2f" % (a / v) if a is not None and v else "n/a")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
@@ -255,6 +323,14 @@ EOF
 		done
 	done
 	echo '```'
+	if [ -n "$netns" ]; then
+		echo
+		echo "\$OUT/agent.sh (MPI_BENCH_CPUS=\"$MPI_BENCH_CPUS\"; the namespaces: tests/apps/netns.sh's ns_pair):"
+		echo
+		echo '```sh'
+		cat "$agent"
+		echo '```'
+	fi
 } >"$out_dir/commands.md"
 echo
 cat "$out_dir/mpi.md"
@@ -262,6 +338,8 @@ cat "$out_dir/mpi.md"
 # The plots: 2×2 panels in one SVG, log axes, one line per transport (and rank count).
 if command -v "$GNUPLOT" >/dev/null; then
 	gp=$out_dir/plots.gp
+	svg=mpi-onehost.svg
+	[ -n "$netns" ] && svg=mpi-netns.svg
 	plot_of() { # plot_of TEST COLUMN: the gnuplot plot clause of its data files
 		local test=$1 col=$2 f sep= n t dash
 		printf 'plot '
@@ -281,8 +359,8 @@ if command -v "$GNUPLOT" >/dev/null; then
 	lt_of() { case $1 in sv-ucx) echo 1 ;; sv-ofi) echo 2 ;; vader) echo 3 ;; *) echo 4 ;; esac; }
 	{
 		echo "set terminal svg size 1200,900 dynamic font 'sans,11'"
-		echo "set output 'mpi-onehost.svg'"
-		echo "set multiplot layout 2,2 title 'MPI on one host: softverbs (UCX rc, libfabric verbs;ofi\\_rxm) vs Open MPI vader and tcp — $(date -u +%Y-%m-%d) ${quick:+(quick)}'"
+		echo "set output '$svg'"
+		echo "set multiplot layout 2,2 title 'MPI $where: softverbs (UCX rc, libfabric verbs;ofi\\_rxm) vs Open MPI $([ -n "$netns" ] && echo tcp || echo vader and tcp) — $(date -u +%Y-%m-%d) ${quick:+(quick)}'"
 		echo "set logscale x 2; set logscale y 10; set format y '%g'; set grid; set key top left font ',9'"
 		echo "set xrange [1:4194304]; set xlabel 'message size (bytes)'"
 		echo "set xtics ('1' 1, '16' 16, '256' 256, '4K' 4096, '64K' 65536, '1M' 1048576, '4M' 4194304)"
@@ -298,7 +376,7 @@ if command -v "$GNUPLOT" >/dev/null; then
 		echo "unset multiplot"
 	} >"$gp"
 	if (cd "$out_dir" && "$GNUPLOT" plots.gp) >"$out_dir/gnuplot.log" 2>&1; then
-		echo "plot: $out_dir/mpi-onehost.svg"
+		echo "plot: $out_dir/$svg"
 	else
 		echo "mpi.sh: gnuplot failed: $(tail_of "$out_dir/gnuplot.log")"
 	fi
