@@ -216,7 +216,8 @@ tail_of() {
 echo "== MPI $where: $(date -u +%Y-%m-%dT%H:%M:%SZ), nproc $(nproc), $(uname -sr)"
 echo "   $(mpirun.openmpi --version 2>/dev/null | head -n 1); UCX $(dpkg-query -W -f='${Version}' libucx0 2>/dev/null);" \
 	"libfabric $(dpkg-query -W -f='${Version}' libfabric1 2>/dev/null); mpi_bench: $mpich_note"
-echo "   out: $out_dir; each mpirun under timeout -k 5 $T"
+sv_env=$(env | grep '^SOFTVERBS_' | sort | tr '\n' ' ')
+echo "   out: $out_dir; each mpirun under timeout -k 5 $T${sv_env:+; environment: $sv_env}"
 failed=0
 for np in "${np_list[@]}"; do
 	tests=allreduce,allgather
@@ -314,7 +315,7 @@ with open(os.path.join(out, "mpi.md"), "w") as f:
     f.write("\n".join(lines))
 EOF
 {
-	echo "Commands (\`$invocation\`; \$OUT is the output directory; load average before each run):"
+	echo "Commands (\`${sv_env}$invocation\`; \$OUT is the output directory; load average before each run):"
 	echo
 	echo '```sh'
 	for np in "${np_list[@]}"; do
