@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2054 # (commas inside Open MPI's arguments, not array separators)
 # bench/mpi.sh — MPI on softverbs against Open MPI's own transports, on the same ranks in
 # one invocation: bench/mpi_bench.c (ping-pong latency and bandwidth, MPI_Allreduce and
 # MPI_Allgather bus bandwidth by size, as nccl-tests count them) under Open MPI over
@@ -83,11 +84,11 @@ for t in "${tr_list[@]}"; do
 done
 if [ -n "$netns" ]; then
 	# Between hosts there is no shared memory: the reference is btl tcp.
-	tr_list=($(printf '%s\n' "${tr_list[@]}" | grep -vx vader))
+	mapfile -t tr_list < <(printf '%s\n' "${tr_list[@]}" | grep -vx vader)
 	[ ${#tr_list[@]} -gt 0 ] || { echo "mpi.sh: --netns: no transport left (vader does not apply)" >&2; exit 2; }
 fi
 # 2 first: ping-pong runs there (and the table's ratios read it).
-np_list=(2 $(printf '%s\n' "${np_list[@]}" | grep -vx 2 | sort -nu))
+mapfile -t np_list < <(echo 2; printf '%s\n' "${np_list[@]}" | grep -vx 2 | sort -nu)
 
 build_dir=${SOFTVERBS_BUILD:-build}
 SV=$build_dir/bin/softverbs
@@ -177,7 +178,8 @@ launch() {
 # fill A's slots then B's (NP/2 each, rounded up), the agent starts each orted (under
 # `softverbs run` for softverbs: the view and the library go with the ranks).
 launch_netns() {
-	local t=$1 np=$2 hosts=$out_dir/hosts-np$np
+	local t=$1 np=$2
+	local hosts=$out_dir/hosts-np$np
 	printf '%s slots=%d\n' "$NS_A" $(((np + 1) / 2)) "$NS_B" $(((np + 1) / 2)) >"$hosts"
 	local prefix=
 	[[ $t == sv-* ]] && prefix="$(realpath "$SV") run --"
@@ -342,7 +344,7 @@ if command -v "$GNUPLOT" >/dev/null; then
 	svg=mpi-onehost.svg
 	[ -n "$netns" ] && svg=mpi-netns.svg
 	plot_of() { # plot_of TEST COLUMN: the gnuplot plot clause of its data files
-		local test=$1 col=$2 f sep= n t dash
+		local test=$1 col=$2 f sep='' n t dash
 		printf 'plot '
 		for n in "${np_list[@]}"; do
 			for t in "${tr_list[@]}"; do
