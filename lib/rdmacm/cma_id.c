@@ -230,13 +230,7 @@ static int id_bind(struct cma_id *id, const struct sockaddr *addr)
 	}
 	id->fd = fd;
 	memcpy(&id->id.route.addr.src_storage, &ss, len);
-	/* Linux rdma_cm binds a device for an address of an interface only: the wildcard
-	 * and the loopback take none (cma_any_addr() counts both), id->verbs stays NULL
-	 * until a resolve or a connect request brings one. libfabric's verbs provider
-	 * relies on it: a loopback bind with a device makes it report 127.0.0.1 as the
-	 * device's address, which no other host can reach (MPI over mtl ofi between
-	 * hosts), instead of taking the addresses of its interfaces. */
-	if (!cma_addr_is_loopback(addr)) {
+	if (!addr_any(addr) && (!cma_addr_is_loopback(addr) || cma_loopback_is_device())) {
 		id->id.verbs = cma_device();
 		id->id.pd = cma_default_pd(id->id.verbs); /* rdma-core: the device's PD */
 		id->id.port_num = 1;
