@@ -44,7 +44,8 @@ options:
                      --mca plm_rsh_agent DIR/agent.sh ("agent.sh HOST CMD": ip netns
                      exec HOST, pinned to CPU 0 in A and 1 in B, under `softverbs run`
                      for the softverbs transports), hosts named by namespace, --bind-to
-                     none; tcp over veth0; vader does not apply; ratios against tcp
+                     none; sv-ofi with SOFTVERBS_LOOPBACK=0; tcp over veth0; vader
+                     does not apply; ratios against tcp
   --out DIR          where everything goes (default: a new directory in /tmp)
   -h, --help         this text
 
@@ -190,8 +191,10 @@ launch_netns() {
 	sv-ucx) cmd+=(--mca pml ucx --mca btl '^vader,tcp,openib'
 		-x UCX_TLS=rc,self -x UCX_NET_DEVICES=softverbs0:1 -x UCX_LOG_LEVEL=info)
 		proof='tag(rc_verbs/softverbs0:1)' ;;
+	# SOFTVERBS_LOOPBACK=0: a loopback bind takes no device, so libfabric's verbs
+	# provider offers the peers veth0's address instead of 127.0.0.1.
 	sv-ofi) cmd+=(--mca pml cm --mca mtl ofi -x 'FI_PROVIDER=verbs;ofi_rxm'
-		--mca mtl_base_verbose 100)
+		-x SOFTVERBS_LOOPBACK=0 --mca mtl_base_verbose 100)
 		proof='mtl:ofi:provider: softverbs0' ;;
 	tcp) cmd+=(--mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include veth0) ;;
 	esac
