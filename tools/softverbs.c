@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/sv_device.h"
+#include "sv_view.h"
 
 static const char usage[] =
 	"usage: softverbs COMMAND [ARGS...]\n"
@@ -20,9 +21,14 @@ static const char usage[] =
 	"RDMA verbs in user space: runs unmodified RDMA programs with no RDMA NIC.\n"
 	"\n"
 	"commands:\n"
-	"  run [--] PROGRAM [ARGS...]  run PROGRAM with softverbs' libibverbs.so.1 and\n"
+	"  run [--no-view] [--] PROGRAM [ARGS...]\n"
+	"                              run PROGRAM with softverbs' libibverbs.so.1 and\n"
 	"                              librdmacm.so.1 in place of the system's (sets\n"
-	"                              LD_LIBRARY_PATH only)\n"
+	"                              LD_LIBRARY_PATH), in a private view that shows\n"
+	"                              /dev/infiniband/uverbs0 and the sysfs entries of\n"
+	"                              softverbs0, as UCX, Open MPI and hwloc look for them\n"
+	"                              (a mount namespace of the program's own; nothing\n"
+	"                              outside it changes). --no-view: LD_LIBRARY_PATH only\n"
 	"  info                        print the device softverbs0 as this host offers it:\n"
 	"                              node GUID, LID, GID table, P_Key table\n"
 	"  help                        this text\n"
@@ -30,6 +36,7 @@ static const char usage[] =
 	"\n"
 	"environment:\n"
 	"  SOFTVERBS_LIBDIR   where run finds the libraries (default: beside this program)\n"
+	"  SOFTVERBS_VIEW     0: run never sets up the private view (as --no-view)\n"
 	"  SOFTVERBS_LOG      error | warn | info | debug (default warn), to stderr\n"
 	"  SOFTVERBS_PKEYS    the P_Key table, e.g. 0xffff,0x8001 (default 0xffff); QPs\n"
 	"                     talk only within a partition (IBA 10.9.3)\n"
@@ -75,11 +82,53 @@ static int find_libdir(char *out, size_t len)
 	return has_lib(out) ? 0 : -1;
 }
 
+static int log_info(void)
+{
+	const char *lvl = getenv("SOFTVERBS_LOG");
+
+	return lvl && (!strcmp(lvl, "info") || !strcmp(lvl, "debug"));
+}
+
+/*
+ * The private view (tools/sv_view.c). Without it the program still runs on softverbs,
+ * only the stacks that look for a kernel device do not see one: said on stderr.
+ * Returns nonzero only when the process is stuck in a half-built view.
+ */
+static int enter_view(void)
+{
+	const char *route = "", *env = getenv("SOFTVERBS_VIEW");
+	struct sv_host host;
+	char why[512];
+
+	if (env && !strcmp(env, "0"))
+		return 0;
+	sv_host_probe(&host);
+	if (sv_view_enter(&host, &route, why, sizeof(why)) == 0) {
+		if (log_info())
+			fprintf(stderr, "softverbs run: private view: %s\n", route);
+		return 0;
+	}
+	if (!route) {
+		fprintf(stderr, "softverbs run: the private view failed half-way (%s) and the "
+				"namespace cannot be left; run with --no-view\n", why);
+		return -1;
+	}
+	fprintf(stderr, "softverbs run: no private view (%s): UCX and Open MPI will not see "
+			"softverbs0; docs/user-guide.md, \"The private view\"\n", why);
+	return 0;
+}
+
 static int cmd_run(int argc, char **argv)
 {
 	char libdir[PATH_MAX], *path;
 	const char *old;
+	int view = 1;
 
+	if (argc > 0 && !strcmp(argv[0], "--no-view")) {
+		view = 0;
+		argc--;
+		argv++;
+	}
 	if (argc > 0 && !strcmp(argv[0], "--")) {
 		argc--;
 		argv++;
@@ -102,6 +151,8 @@ static int cmd_run(int argc, char **argv)
 		return 127;
 	setenv("LD_LIBRARY_PATH", path, 1);
 	free(path);
+	if (view && enter_view())
+		return 127;
 	execvp(argv[0], argv);
 	fprintf(stderr, "softverbs run: %s: %s\n", argv[0], strerror(errno));
 	return errno == ENOENT ? 127 : 126;
