@@ -10,7 +10,9 @@
 #   (UCX_LOG_LEVEL=info, "ep_cfg[N]: tag(rc_verbs/softverbs0:1)") names softverbs and
 #   nothing else — no self, shared memory or tcp shortcut;
 # - what softverbs does not do fails fast and says so: UCX_TLS=rc_mlx5 or dc_mlx5 (both
-#   sides exit non-zero naming the transport), UCT -x rc_mlx5, memory type cuda.
+#   sides exit non-zero naming the transport), UCT -x rc_mlx5, memory type cuda;
+# - UCX's rdmacm connection manager on softverbs' rdma_cm: io_demo connects by address and
+#   moves 2000 reads and writes whose data it checks, over rc_verbs and over ud_verbs.
 # ucx_perftest checks no data (MPI does: test_mpi.sh); these check that the runs complete
 # on the transports asked. The figures are printed (bench/ measures).
 . "$(dirname "$0")/lib.sh" "$1"
@@ -96,6 +98,39 @@ export UCX_TLS=ud_verbs
 ucp ud-tag_lat $UD 10000 -t tag_lat
 ucp ud-tag_bw-1m $UD 200 -t tag_bw -s 1048576
 perf ud-am_bw-4000-bcopy 10000 -t am_bw -x ud_verbs -d softverbs0:1 -s 4000 -D bcopy
+
+# UCX's rdmacm connection manager (UCX_SOCKADDR_TLS_PRIORITY=rdmacm: no other CM): io_demo
+# (ucx-utils) connects a client endpoint to a listener by address, through softverbs'
+# rdma_cm, and moves 2000 reads and writes of 8 B..64 KiB whose data it checks (-q).
+# io NAME TLS LANE: the client exits with status OK after all 2000, its lanes are LANE
+# only, and the server (which serves until stopped) is still up.
+io() {
+  local name=$1 tls=$2 lane=$3
+  local args=(-q -o write,read -i 2000 -d 8:65536 -c 1)
+  P=$((P + 1))
+  UCX_TLS=$tls UCX_SOCKADDR_TLS_PRIORITY=rdmacm timeout 60 "$SV" run io_demo -p $P "${args[@]}" \
+    >"$TMP/$name.srv" 2>&1 &
+  local srv=$!
+  wait_listen $P $srv
+  UCX_TLS=$tls UCX_SOCKADDR_TLS_PRIORITY=rdmacm timeout 60 "$SV" run io_demo -p $P "${args[@]}" \
+    127.0.0.1 >"$TMP/$name.cli" 2>&1
+  local crc=$?
+  check "$name: client exits 0 (exit $crc)" test $crc -eq 0
+  check "$name: client status OK" contains "$TMP/$name.cli" "Client exit with status 'OK'"
+  check "$name: 2000 checked reads and writes" contains "$TMP/$name.cli" "total min:2000 max:2000 total:2000"
+  grep -o 'read [0-9.]* MBs.*write [0-9.]* MBs' "$TMP/$name.cli" | tail -n 1 | sed 's/^/    /'
+  check "$name: client lanes $lane only" lanes "$TMP/$name.cli" "$lane"
+  check "$name: server still serving" kill -0 $srv
+  kill $srv 2>/dev/null
+  wait $srv
+  check "$name: server saw no error" count_lines "$TMP/$name.srv" "ERROR|Assertion" 0
+}
+if command -v io_demo >/dev/null; then
+  io rdmacm-rc rc_verbs $RC
+  io rdmacm-ud ud_verbs $UD
+else
+  echo "SKIP rdmacm: io_demo is not installed"
+fi
 
 # Bad input: fails within the bound, non-zero, and the error names what is missing.
 # bad NAME PATTERN ARGS...: a pair as perf; both sides exit non-zero (not the timeout's
