@@ -16,6 +16,7 @@
 #   MPI_Init within 30 s, UCX naming the transport.
 . "$(dirname "$0")/lib.sh" "$1"
 for t in mpicc.openmpi mpirun.openmpi mpicc.mpich mpirun.mpich ucx_info; do need $t; done
+need_view
 SRC="$(dirname "$0")/mpi/mpi_check.c"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 OMPI=(mpirun.openmpi --allow-run-as-root --oversubscribe -np 4)

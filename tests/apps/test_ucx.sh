@@ -18,6 +18,7 @@
 . "$(dirname "$0")/lib.sh" "$1"
 need ucx_info
 need ucx_perftest
+need_view
 P=18830
 export UCX_NET_DEVICES=softverbs0:1 UCX_LOG_LEVEL=info
 
