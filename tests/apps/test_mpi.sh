@@ -64,6 +64,7 @@ ucx_lanes() {
   [ "$pids" -eq 4 ] || { echo "    $(basename "$1"): $pids ranks with rc_verbs-only lanes, expected 4"; return 1; }
 }
 
+# shellcheck disable=SC2054 # (the comma is UCX_TLS's list)
 UCX_RC=(-x UCX_TLS=rc,self -x UCX_NET_DEVICES=softverbs0:1 -x UCX_LOG_LEVEL=info)
 run ompi-ucx "${OMPI[@]}" --mca pml ucx --mca btl self "${UCX_RC[@]}" "$TMP/check_ompi"
 check "ompi-ucx: UCX lanes rc_verbs/softverbs0:1 (and self) only" ucx_lanes "$TMP/ompi-ucx"
