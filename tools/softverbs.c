@@ -46,7 +46,9 @@ static const char usage[] =
 	"                     ones are pulled with one copy (default 32768)\n"
 	"  SOFTVERBS_SHM_ASSIST  0: large RDMA WRITEs and READs (132 KiB or more) are\n"
 	"                     copied by the requester alone: this process neither asks\n"
-	"                     its peers' progress threads to help nor helps (default 1)\n";
+	"                     its peers' progress threads to help nor helps (default 1)\n"
+	"  SOFTVERBS_LOOPBACK 0: an rdma_cm id bound to a loopback address is tied to no\n"
+	"                     device (libfabric's verbs provider between hosts)\n";
 
 static int has_lib(const char *dir)
 {

@@ -236,6 +236,9 @@ int cma_sockaddr_len(const struct sockaddr *sa);
 bool cma_addr_is_local(const struct sockaddr *sa);
 bool cma_addr_is_multicast(const struct sockaddr *sa);
 bool cma_addr_is_loopback(const struct sockaddr *sa);
+/* Does binding to a loopback address tie an id to the device? Yes unless
+ * SOFTVERBS_LOOPBACK=0. */
+bool cma_loopback_is_device(void);
 void cma_gid_from_addr(union ibv_gid *gid, const struct sockaddr *sa);
 uint16_t cma_port_of(const struct sockaddr *sa);
 int cma_bound_socket(const struct cma_id *id, const struct sockaddr *addr);

@@ -71,6 +71,22 @@ bool cma_addr_is_loopback(const struct sockaddr *sa)
 	return true;
 }
 
+/*
+ * softverbs0 answers on loopback, as rxe does on lo: an id bound to 127.0.0.1 or ::1 is
+ * the device's (id->verbs is set) and reaches this host's ids. With SOFTVERBS_LOOPBACK=0
+ * such a bind holds the address and port but ties the id to no device, as a wildcard
+ * bind does (its connections still get the device). For stacks that probe loopback
+ * first for the address they listen on and hand to their peers, and take it when the
+ * bound id has a device (libfabric's verbs provider): between hosts that address must
+ * be an interface's, which they then take from the device's interfaces.
+ */
+bool cma_loopback_is_device(void)
+{
+	const char *env = getenv("SOFTVERBS_LOOPBACK");
+
+	return !(env && !strcmp(env, "0"));
+}
+
 /* The GID an IP address has in the device's table: IPv4 mapped, IPv6 as is. */
 void cma_gid_from_addr(union ibv_gid *gid, const struct sockaddr *sa)
 {

@@ -230,7 +230,7 @@ static int id_bind(struct cma_id *id, const struct sockaddr *addr)
 	}
 	id->fd = fd;
 	memcpy(&id->id.route.addr.src_storage, &ss, len);
-	if (!addr_any(addr)) {
+	if (!addr_any(addr) && (!cma_addr_is_loopback(addr) || cma_loopback_is_device())) {
 		id->id.verbs = cma_device();
 		id->id.pd = cma_default_pd(id->id.verbs); /* rdma-core: the device's PD */
 		id->id.port_num = 1;

@@ -84,6 +84,7 @@ static int fx_teardown(void **state)
 {
 	struct fx *f = *state;
 
+	unsetenv("SOFTVERBS_LOOPBACK"); /* test_bind_loopback_device, if it failed midway */
 	if (f->peer > 0) {
 		kill(f->peer, SIGKILL);
 		waitpid(f->peer, NULL, 0);
@@ -448,6 +449,44 @@ static void test_bind_port_zero(void **state)
 	errno = 0;
 	assert_int_equal(rdma_bind_addr(id, ct_loopback(&ss, f->family, 0)), -1);
 	assert_int_equal(errno, EINVAL);
+}
+
+/* rdma_bind_addr to the loopback: softverbs0 answers there (id->verbs set, as rxe on lo);
+ * with SOFTVERBS_LOOPBACK=0 the id holds the address but no device, as after a wildcard
+ * bind, and a listener there still hears connects (libfabric's verbs provider between
+ * hosts: it offers a loopback-bound id's address to its peers when the id has a device).
+ * The wildcard never takes one. To an interface address: test_connect_over_interface_address. */
+static void test_bind_loopback_device(void **state)
+{
+	struct fx *f = *state;
+	struct ct_pair *p = &f->p;
+	struct sockaddr_storage ss;
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+
+	need_family(f);
+	ch = fx_channel(f);
+	id = fx_id(f, ch, NULL, RDMA_PS_TCP);
+	assert_int_equal(rdma_bind_addr(id, ct_loopback(&ss, f->family, 0)), 0);
+	assert_non_null(id->verbs);
+
+	assert_int_equal(setenv("SOFTVERBS_LOOPBACK", "0", 1), 0);
+	id = fx_id(f, ch, NULL, RDMA_PS_TCP);
+	assert_int_equal(rdma_bind_addr(id, ct_loopback(&ss, f->family, 0)), 0);
+	assert_null(id->verbs);
+	assert_true(is_loopback(rdma_get_local_addr(id), f->family));
+	id = fx_id(f, ch, NULL, RDMA_PS_TCP);
+	memset(&ss, 0, sizeof(ss));
+	ss.ss_family = (sa_family_t)f->family;
+	assert_int_equal(rdma_bind_addr(id, (struct sockaddr *)&ss), 0);
+	assert_null(id->verbs);
+	/* A listener bound to the loopback without a device: a connect reaches it, and the
+	 * connection has the device. */
+	ct_pair_listen(p, f->family, RDMA_PS_TCP);
+	assert_null(p->listen_id->verbs);
+	ct_pair_connect(p, NULL, NULL);
+	assert_non_null(p->server->verbs);
+	assert_int_equal(unsetenv("SOFTVERBS_LOOPBACK"), 0);
 }
 
 /* Binding a port another id listens on is EADDRINUSE. */
@@ -2595,6 +2634,7 @@ int main(int argc, char **argv)
 		T(test_create_id_port_spaces),
 		T(test_channel_nonblocking_and_poll),
 		T46(test_bind_port_zero),
+		T46(test_bind_loopback_device),
 		T46(test_bind_port_of_listener_in_use),
 		T46(test_bind_port_of_bound_id_in_use),
 		T(test_bind_bad_address),

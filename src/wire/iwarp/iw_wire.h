@@ -40,7 +40,9 @@ extern const struct sv_wire_ops sv_wire_iwarp;
 enum {
 	IW_TXQ = 512,       /* FPDUs queued per connection */
 	IW_TX_IOVS = 2048,  /* their payload pieces */
-	IW_STAGE = 4096,    /* receive staging: headers and small payloads */
+	IW_STAGE = 4096,    /* receive staging: headers and small payloads, a recv at a time */
+	IW_STAGE_CAP = 65536 + 128, /* ... and the whole of a large FPDU when the socket
+				     * cannot hold it (iw_rx.c, all_in) */
 	IW_RDQ = 256,       /* Read Requests and atomics outstanding, each way */
 	IW_FPDU_PAYLOAD = 65472, /* the largest payload of one FPDU between softverbs hosts */
 	IW_TERM_MAX = IW_TERM_HDRS_MAX, /* a Terminate's payload: the offending FPDU's start */
@@ -158,7 +160,7 @@ struct iw_qp {
 	struct iw_sent sent[IW_SENT];
 
 	/* receive (iw_rx.c), under rx_busy */
-	uint8_t stage[IW_STAGE + 8];
+	uint8_t stage[IW_STAGE_CAP + 8];
 	uint32_t st_off, st_len;      /* staged bytes [st_off, st_len) */
 	uint32_t rx_msn;              /* the core msn given to the last request delivered */
 	uint32_t rx_ddp_msn[IW_QN_MAX]; /* the next DDP MSN expected on each queue */
