@@ -388,6 +388,8 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 		if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR)
 			(void)sv_qp_rewire(qp, sv_wire_for_peer(qp));
 		sv_qp_set_state(qp, next);
+		if (attr_mask & IBV_QP_STATE)
+			ibqp->state = next;
 		sv_qp_data_state(qp, cur, next);
 		sv_dbg("qp %u %s -> %s", ibqp->qp_num, sv_qp_state_name[cur], sv_qp_state_name[next]);
 	} else {

@@ -137,6 +137,9 @@ void sv_qp_flush_rq_locked(struct sv_qp *qp)
 	}
 }
 
+/* Not the application's ibv_qp.state: libibverbs writes that field only when a modify
+ * carrying IBV_QP_STATE succeeds, or a query reports it (ibv_modify_qp, ibv_query_qp), never
+ * when the device moves the QP by itself (to Error, SQE). */
 void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state)
 {
 	/* RTR is published before the attach to the peer (sv_qp_data_state): requests wait
@@ -147,7 +150,6 @@ void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state)
 	sv_spin_lock(&qp->sq.lock);
 	sv_spin_lock(&qp->rq.lock);
 	qp->attr.qp_state = state;
-	qp->ibv.qp_base.state = state;
 	pthread_spin_unlock(&qp->rq.lock);
 	pthread_spin_unlock(&qp->sq.lock);
 	atomic_store(&qp->pub.state, state);

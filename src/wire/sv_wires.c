@@ -19,6 +19,11 @@ void sv_wire_choose_next(const char *name)
 	next_wire = name;
 }
 
+int sv_wire_listen_block_locked(int listen_fd)
+{
+	return shm_conn_listen_locked(listen_fd);
+}
+
 bool sv_wire_is_iwarp(const struct sv_wire_ops *w)
 {
 	return w == &sv_wire_iwarp;

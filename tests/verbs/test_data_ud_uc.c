@@ -18,6 +18,7 @@
  *   requester completes, nothing is written, the responder's QP carries on.
  */
 #include "verbs/sv_test_peer.h"
+#include "wire/sv_qpn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -166,6 +167,56 @@ static void test_ud_grh_and_completion_fields(void **state)
 		check_ud_recv_of(x, k, lens[k], 0, &x->li.gid, &x->pi.gid, &w, what);
 		tp_check_peer(&x->peer, GRH, lens[k], 10 + k, 0, what);
 	}
+	tp_pair_stop(x);
+}
+
+/*
+ * A UD QP whose number lies in a QPN block the iWARP wire claimed is reachable: the agent's
+ * first QP is an RC QP on iWARP (SOFTVERBS_WIRE=iwarp, which the agent inherits), so that
+ * wire opened the block, and its UD QP (on shm, as UD always is) takes the next number of
+ * the same block. The block's attach socket used to hang up on every shm peer, and the
+ * datagram was lost (UCX over SOFTVERBS_WIRE=iwarp: its first QP is an RC probe, and its
+ * UD wire-up never completed).
+ */
+static void test_ud_qp_in_a_block_of_the_iwarp_wire(void **state)
+{
+	static const struct tp_qp_opts rc_opts = { .type = IBV_QPT_RC };
+	struct tp_pair *x = *state;
+	const char *was = getenv("SOFTVERBS_WIRE");
+	char saved[16] = "";
+	struct tp_wr w;
+	int rq;
+
+	if (was)
+		snprintf(saved, sizeof(saved), "%s", was);
+	setenv("SOFTVERBS_WIRE", "iwarp", 1);
+	tp_start(&x->peer);
+	if (*saved)
+		setenv("SOFTVERBS_WIRE", saved, 1);
+	else
+		unsetenv("SOFTVERBS_WIRE");
+	tp_open(&x->peer, BUF_LEN, 0);
+	rq = tp_create_qp(&x->peer, &rc_opts);
+	x->pq = tp_create_qp(&x->peer, &ud_opts);
+	tp_info(&x->peer, x->pq, &x->pi);
+	tp_info(&x->peer, rq, &x->li); /* (only to compare the blocks) */
+	/* A fresh process numbers its first QPs from one block (sv_qpn_alloc). */
+	if (x->li.qpn >> SV_QPN_BLOCK_BITS != x->pi.qpn >> SV_QPN_BLOCK_BITS)
+		fail_msg("the agent's RC QP %u and UD QP %u are in different blocks", x->li.qpn,
+			 x->pi.qpn);
+	tp_ep_open(&x->ep, BUF_LEN, 0);
+	x->lq = tp_ep_create_qp(&x->ep, &ud_opts);
+	tp_ep_info(&x->ep, x->lq, &x->li);
+	tp_conn(&x->ep, &x->li, &x->pi, &x->lc);
+	tp_conn(&x->ep, &x->pi, &x->li, &x->pc);
+	tp_pair_connect(x);
+	w = dgram(x, 1, 0, 256, 0, &x->pi.gid, QKEY);
+	tp_fill(x->ep.buf, 256, 77, 0);
+	assert_int_equal(tp_post_recv(&x->peer, x->pq, 1, &(struct tp_sge){ 0, 256 + GRH }, 1), 0);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 1, IBV_WC_SUCCESS, W, NULL);
+	check_ud_recv(x, 1, 256, 0, NULL, NULL, "a datagram to a UD QP in the iWARP wire's block");
+	tp_check_peer(&x->peer, GRH, 256, 77, 0, "a datagram to a UD QP in the iWARP wire's block");
 	tp_pair_stop(x);
 }
 
@@ -483,6 +534,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, tp_pair_setup, tp_pair_teardown)
 		T(test_ud_grh_and_completion_fields),
+		T(test_ud_qp_in_a_block_of_the_iwarp_wire),
 		T(test_ud_grh_follows_the_ah),
 		T(test_ud_reply_with_ah_from_wc),
 		T(test_ud_qkey),

@@ -453,6 +453,38 @@ static void test_state_field_follows_modify(void **state)
 	}
 }
 
+/*
+ * ...and not when the device moves the QP by itself: a send that fails (a bad lkey:
+ * IBV_WC_LOC_PROT_ERR) takes the QP to Error, but qp->state keeps RTS until a query
+ * reports Error (libibverbs' ibv_query_qp writes the field, as ibv_modify_qp does). UCX
+ * asserts qp->state == RTS before every post and aborted when softverbs changed it
+ * under it (a peer killed during ucx_perftest).
+ */
+static void test_state_field_stays_on_device_error(void **state)
+{
+	struct tu_res *res = *state;
+	struct ibv_qp *peer = tu_keep_qp(res, tu_create_qp(res, IBV_QPT_RC));
+	struct ibv_qp *qp = tu_keep_qp(res, tu_create_qp(res, IBV_QPT_RC));
+	struct tu_conn c = conn_values(res, peer->qp_num);
+	char buf[8] = { 0 };
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = sizeof(buf), .lkey = 0xbad };
+	struct ibv_send_wr wr = { .wr_id = 7, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_send_wr *bad = NULL;
+	struct ibv_wc wc;
+
+	assert_int_equal(tu_qp_connect(qp, &c, IBV_QPS_RTS), 0);
+	assert_int_equal(ibv_post_send(qp, &wr, &bad), 0);
+	assert_int_equal(tu_poll_exact(res->cq, 1, &wc, 5000), 1);
+	assert_int_equal(wc.wr_id, 7);
+	assert_int_equal(wc.status, IBV_WC_LOC_PROT_ERR);
+	assert_int_equal(qp->state, IBV_QPS_RTS);
+	assert_int_equal(tu_query_state(qp), IBV_QPS_ERR);
+	assert_int_equal(qp->state, IBV_QPS_ERR);
+	tu_destroy_qp(res, qp);
+	tu_destroy_qp(res, peer);
+}
+
 /* ---- destroy ------------------------------------------------------------------------ */
 
 static void test_destroy_qp(void **state)
@@ -651,6 +683,7 @@ int main(void)
 		T(test_query_returns_uc_ud_attributes),
 		T(test_query_echoes_sq_sig_all),
 		T(test_state_field_follows_modify),
+		T(test_state_field_stays_on_device_error),
 		T(test_destroy_qp),
 		T(test_pd_and_cq_busy_while_qp_exists),
 		T(test_srq_busy_while_qp_attached),

@@ -30,6 +30,7 @@
 #include "util/sv_log.h"
 #include "wire/iwarp/iw_conn.h"
 #include "wire/sv_qpn.h"
+#include "wire/sv_wires.h"
 
 enum {
 	IW_BUDGET = 64,          /* FPDUs per poll */
@@ -82,17 +83,6 @@ static void tune(int fd)
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
 }
 
-/* A QPN block this wire claimed: its shm attach socket is answered by a hang-up (a shm
- * peer that names one of our QPNs is told at once that nobody there speaks shm). */
-static void refuse_attach(void *arg, uint32_t events)
-{
-	int fd = (int)(intptr_t)arg, c;
-
-	(void)events;
-	while ((c = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0)
-		close(c);
-}
-
 static void incoming(int fd, const struct iw_params *p);
 
 /* Engine lock held. */
@@ -107,9 +97,10 @@ static int claim_qpn(struct sv_qp *qp, uint32_t *qpn)
 	err = sv_qpn_alloc(qpn, qp, &listen_fd);
 	if (err)
 		return err;
-	if (listen_fd >= 0 &&
-	    sv_engine_watch_locked(listen_fd, refuse_attach, (void *)(intptr_t)listen_fd, NULL))
-		sv_dbg("iwarp: qpn block of %u: shm attaches will time out", *qpn);
+	/* The block is not ours alone: a UD or XRC QP of this process may get a number of it
+	 * (they stay on shm), so its attach socket is answered as shm answers any block. */
+	if (listen_fd >= 0 && sv_wire_listen_block_locked(listen_fd))
+		sv_dbg("iwarp: qpn block of %u: shm attaches will be refused", *qpn);
 	err = iw_conn_open_block_locked(*qpn >> SV_QPN_BLOCK_BITS);
 	if (err) {
 		sv_qpn_free(*qpn);

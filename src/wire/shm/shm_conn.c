@@ -105,6 +105,17 @@ static void drop_link(struct link *l)
 	free(l);
 }
 
+int shm_conn_listen_locked(int listen_fd)
+{
+	struct link *l = new_link(LINK_LISTEN, listen_fd);
+
+	if (!l) {
+		close(listen_fd);
+		return -ENOMEM;
+	}
+	return watch(l);
+}
+
 int shm_conn_qp_add(struct sv_qp *qp, uint32_t *qpn)
 {
 	static const struct sv_fork_hooks qpn_lock = {
@@ -117,13 +128,8 @@ int shm_conn_qp_add(struct sv_qp *qp, uint32_t *qpn)
 	sv_engine_fork_hooks(&qpn_lock); /* the QPN registry's lock is taken under ours */
 	sv_engine_lock();
 	err = sv_qpn_alloc(qpn, qp, &listen_fd);
-	if (!err && listen_fd >= 0) {
-		struct link *l = new_link(LINK_LISTEN, listen_fd);
-
-		if (!l)
-			close(listen_fd);
-		err = l ? watch(l) : -ENOMEM;
-	}
+	if (!err && listen_fd >= 0)
+		err = shm_conn_listen_locked(listen_fd);
 	if (err && *qpn) {
 		sv_qpn_free(*qpn);
 		*qpn = 0;

@@ -91,6 +91,11 @@ struct shm_qp {
 static inline struct shm_qp *shm_qp(const struct sv_qp *qp);
 
 /* shm_conn.c: attach by QPN, the peers' lifetime */
+/* Answers the attach socket of a new QPN block (sv_qpn_alloc's @new_listen_fd), whichever
+ * wire's QP claimed it: the block's later QPs may be on shm (UD and XRC always are), and an
+ * attach to one on another wire is answered -ENOENT. Engine lock held; on failure the
+ * socket is closed. */
+int shm_conn_listen_locked(int listen_fd);
 int shm_conn_qp_add(struct sv_qp *qp, uint32_t *qpn);
 void shm_conn_qp_remove(struct sv_qp *qp, bool keep_qpn);
 int shm_conn_connect(struct sv_qp *qp, uint32_t dest_qpn, struct shm_peer **peer);
