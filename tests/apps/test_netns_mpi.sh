@@ -61,8 +61,18 @@ mpi() {
 }
 
 before=$(ns_link_count "$NS_A" bytes)
-mpi ofi 180 0
+mpi ofi 90 0
 after=$(ns_link_count "$NS_A" bytes)
+# Open MPI's launch across the namespaces (orted by the agent, its connection back to
+# mpirun) once in about ten runs hung before any rank's MPI_Init: a few KB on the veth
+# pair, no rank's mtl line. That is not softverbs': launch once more, and say so.
+if [ "$rc" -ne 0 ] && [ $((after - before)) -lt $((1 << 20)) ] &&
+   ! grep -q 'mtl:ofi:provider' "$TMP/ofi"; then
+  echo "    Open MPI's launch did not reach MPI_Init ($((after - before)) bytes moved): once more"
+  before=$(ns_link_count "$NS_A" bytes)
+  mpi ofi 90 0
+  after=$(ns_link_count "$NS_A" bytes)
+fi
 check "mtl ofi across the namespaces: exits 0" test "$rc" -eq 0
 [ "$rc" -eq 0 ] || grep -vE 'mca: base|select' "$TMP/ofi" | tail -n 10 | sed 's/^/    /'
 grep '^mpi_check:' "$TMP/ofi" >"$TMP/ofi.lines"
