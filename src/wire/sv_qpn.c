@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include "util/sv_log.h"
 
 struct qpn_block {
 	uint32_t block;
@@ -86,8 +89,16 @@ static struct qpn_block *new_block(void)
 	return NULL;
 }
 
+static int (*_Atomic block_answer)(int listen_fd);
+
+void sv_qpn_answer_blocks(int (*answer)(int listen_fd))
+{
+	atomic_store(&block_answer, answer);
+}
+
 int sv_qpn_alloc(uint32_t *qpn, void *owner, int *new_listen_fd)
 {
+	int (*answer)(int listen_fd);
 	struct qpn_block *b = NULL;
 	int ret = -ENOMEM;
 
@@ -115,6 +126,13 @@ int sv_qpn_alloc(uint32_t *qpn, void *owner, int *new_listen_fd)
 		}
 	}
 	pthread_mutex_unlock(&qpn_lock);
+	answer = atomic_load(&block_answer);
+	if (*new_listen_fd >= 0 && answer) {
+		if (answer(*new_listen_fd))
+			sv_dbg("qpn: the block of %u has no listener: attaches to it will fail",
+			       *qpn);
+		*new_listen_fd = -1;
+	}
 	return ret;
 }
 

@@ -24,6 +24,14 @@
  * *new_listen_fd is its socket (listening, non-blocking) for the engine to watch; else -1.
  */
 int sv_qpn_alloc(uint32_t *qpn, void *owner, int *new_listen_fd);
+/*
+ * Who answers a new block's attach socket from now on: sv_qpn_alloc hands @answer the
+ * socket (and reports -1 in *new_listen_fd), whichever wire's QP claimed the block, since
+ * the block's later QPs may be on another wire (sv_wires.c names the shm wire's
+ * listener: UD and XRC QPs are always on shm). Called with the engine lock held, as
+ * sv_qpn_alloc is; @answer closes the socket when it fails.
+ */
+void sv_qpn_answer_blocks(int (*answer)(int listen_fd));
 void sv_qpn_free(uint32_t qpn);
 
 /* The owner given at allocation, or NULL. The caller keeps the owner alive (engine lock). */

@@ -10,6 +10,7 @@
 #include "core/sv_path.h"
 #include "util/sv_log.h"
 #include "wire/iwarp/iw_wire.h"
+#include "wire/sv_qpn.h"
 #include "wire/shm/shm_wire.h"
 
 static _Thread_local const char *next_wire;
@@ -17,11 +18,6 @@ static _Thread_local const char *next_wire;
 void sv_wire_choose_next(const char *name)
 {
 	next_wire = name;
-}
-
-int sv_wire_listen_block_locked(int listen_fd)
-{
-	return shm_conn_listen_locked(listen_fd);
 }
 
 bool sv_wire_is_iwarp(const struct sv_wire_ops *w)
@@ -38,6 +34,10 @@ int sv_wire_adopt_stream(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t 
 const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type)
 {
 	const char *w = next_wire ? next_wire : getenv("SOFTVERBS_WIRE");
+
+	/* Every new QPN block's attach socket is the shm wire's to answer, whichever wire
+	 * claimed the block: UD and XRC QPs, always on shm, may take its numbers. */
+	sv_qpn_answer_blocks(shm_conn_listen_locked);
 
 	/* UD and multicast between hosts come with RoCE v2: on iWARP, UD stays on shm. */
 	if (w && !strcmp(w, "iwarp") && type != IBV_QPT_UD && type != IBV_QPT_XRC_SEND &&

@@ -19,10 +19,6 @@ const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp);
 /* The wire the calling thread's next QP takes ("shm", "iwarp"; NULL: the default). */
 void sv_wire_choose_next(const char *name);
 bool sv_wire_is_iwarp(const struct sv_wire_ops *w);
-/* A wire claimed a new QPN block for a QP (sv_qpn_alloc's @new_listen_fd): the block's
- * attach socket is the shm wire's to answer, since the block's later QPs may be on shm.
- * Engine lock held; on failure the socket is closed. */
-int sv_wire_listen_block_locked(int listen_fd);
 /* An iWARP QP in INIT takes a connected stream whose MPA exchange is done (rdma_cm). */
 int sv_wire_adopt_stream(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t ird,
 			 uint16_t ord);

@@ -30,7 +30,6 @@
 #include "util/sv_log.h"
 #include "wire/iwarp/iw_conn.h"
 #include "wire/sv_qpn.h"
-#include "wire/sv_wires.h"
 
 enum {
 	IW_BUDGET = 64,          /* FPDUs per poll */
@@ -97,10 +96,10 @@ static int claim_qpn(struct sv_qp *qp, uint32_t *qpn)
 	err = sv_qpn_alloc(qpn, qp, &listen_fd);
 	if (err)
 		return err;
-	/* The block is not ours alone: a UD or XRC QP of this process may get a number of it
-	 * (they stay on shm), so its attach socket is answered as shm answers any block. */
-	if (listen_fd >= 0 && sv_wire_listen_block_locked(listen_fd))
-		sv_dbg("iwarp: qpn block of %u: shm attaches will be refused", *qpn);
+	/* A new block's attach socket is answered where sv_qpn_answer_blocks says (the shm
+	 * wire's listener): a UD or XRC QP of this process may get a number of it. */
+	if (listen_fd >= 0)
+		sv_dbg("iwarp: qpn block of %u: nobody answers its attaches", *qpn);
 	err = iw_conn_open_block_locked(*qpn >> SV_QPN_BLOCK_BITS);
 	if (err) {
 		sv_qpn_free(*qpn);
