@@ -51,7 +51,10 @@ only_lines() {
 count_lines() {
   local n
   n=$(grep -cE -- "$2" "$1")
-  [ "$n" -eq "$3" ] || { echo "    $(basename "$1"): $n lines match '$2', expected $3"; return 1; }
+  [ "$n" -eq "$3" ] && return 0
+  echo "    $(basename "$1"): $n lines match '$2', expected $3:"
+  grep -E -- "$2" "$1" | head -n 5 | sed 's/^/      /'
+  return 1
 }
 
 # transcript FILE ERE...: FILE holds exactly one line per ERE, each matching its ERE

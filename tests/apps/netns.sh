@@ -249,7 +249,7 @@ ns_gid_index() {
 
 ns_link_count() {
   local d=/sys/class/net/${3:-veth0}/statistics
-  ip netns exec "$1" cat "$d/rx_$2" "$d/tx_$2" 2>/dev/null | awk '{ s += $1 } END { print s + 0 }'
+  ip netns exec "$1" cat "$d/rx_$2" "$d/tx_$2" 2>/dev/null | awk '{ s += $1 } END { printf "%.0f\n", s }'
 }
 
 ns_collect() {

@@ -32,11 +32,26 @@ void iw_link_down(struct iw_qp *iq, const char *why)
 	(void)sv_resp_deliver(iq->qp, &term, NULL);
 }
 
-void iw_link_closed(struct iw_qp *iq, bool goodbye)
+bool iw_link_closed(struct iw_qp *iq, bool goodbye)
 {
 	struct sv_qp *qp = iq->qp;
-	uint32_t upto = iq->adopted ? iw_tx_written(iq) : 0;
+	uint32_t upto;
 	bool waiting;
+
+	/* A FIN on an rdma_cm stream: the peer reads no more, but TCP still takes what we
+	 * write (the connection is half closed), and a Send is complete once TCP has it
+	 * (RFC 5040 §5.1, as siw completes it): what waits in our queue goes first (perftest's
+	 * last message, posted as the peer left). A queue another thread is still filling
+	 * (a post_send under way) is looked at again at the next poll. */
+	if (iq->adopted && !goodbye && iw_tx_pending(iq)) {
+		if (iw_tx_flush(iq) < 0) {
+			iw_link_down(iq, "the peer's end went, and what we had to send with it");
+			return true;
+		}
+		if (iw_tx_pending(iq))
+			return false;
+	}
+	upto = iq->adopted ? iw_tx_written(iq) : 0;
 
 	/* An rdma_cm stream the peer ended in order (a FIN after all we wrote: it read our
 	 * stream to its end) completes what TCP took of ours, as RFC 5040 §5.1 lets it and
@@ -54,13 +69,14 @@ void iw_link_closed(struct iw_qp *iq, bool goodbye)
 
 	if (!goodbye && (!iq->adopted || waiting)) {
 		iw_link_down(iq, "the peer's end went without a goodbye");
-		return;
+		return true;
 	}
 	if (atomic_exchange(&iq->link, IW_LINK_DOWN) == IW_LINK_DOWN)
-		return;
+		return true;
 	sv_dbg("iwarp qp %u: qp %u closed the connection", iq->qpn, iq->peer_qpn);
 	/* As a peer that left on one host: what waits for an answer gets none. */
 	sv_spin_lock(&qp->sq.lock);
 	sv_comp_peer_gone(qp);
 	pthread_spin_unlock(&qp->sq.lock);
+	return true;
 }

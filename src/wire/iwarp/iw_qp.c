@@ -867,8 +867,8 @@ static int poll_qp(struct sv_qp *qp)
 	if (atomic_load(&iq->link) == IW_LINK_UP)
 		probe(qp, iq);
 	if (atomic_load(&iq->eof)) {
-		iw_link_closed(iq, atomic_load(&iq->goodbye));
-		atomic_store(&iq->eof, false);
+		if (iw_link_closed(iq, atomic_load(&iq->goodbye)))
+			atomic_store(&iq->eof, false);
 	}
 	sv_rx_unlock(qp);
 	/* Answers the responder queued (Read Responses) and Terminates go now. */

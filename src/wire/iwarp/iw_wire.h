@@ -238,7 +238,9 @@ void iw_link_down(struct iw_qp *iq, const char *why);
  * destroyed or reset its QP), or on a stream of rdma_cm's with nothing of ours
  * outstanding, as a peer that left on one host: what waits for an answer fails
  * (RETRY_EXC_ERR), later requests are lost, the QP stays in its state. Else its process
- * died or broke off: as iw_link_down. rx_busy. */
-void iw_link_closed(struct iw_qp *iq, bool goodbye);
+ * died or broke off: as iw_link_down. On an rdma_cm stream what waits in our queue is
+ * written first; false while some of it cannot go yet (call again at the next poll).
+ * rx_busy. */
+bool iw_link_closed(struct iw_qp *iq, bool goodbye);
 
 #endif
