@@ -218,23 +218,26 @@ static int refill(struct iw_qp *iq)
 }
 
 /*
- * Whether the socket has room for @rest more bytes of an FPDU. Its receive buffer counts
- * the kernel's overhead per packet as well as the payload (on a veth, 3.5 KB of payload
- * once filled 128 KiB of it), and TCP advertises only part of what is free: a quarter of
- * the free space is what is sure to come in. Unknown: no.
+ * Whether the socket, holding @q bytes, has room for @rest more of an FPDU. Its receive
+ * buffer counts the kernel's overhead per packet as well as the payload (on a veth,
+ * 3.5 KB of payload once filled 128 KiB of it), and TCP advertises only part of what is
+ * free: the rest must fit, at the overhead per byte of what is queued now (at least 2),
+ * into half the free space. Unknown: no.
  */
-static bool room_for(int fd, uint64_t rest)
+static bool room_for(int fd, uint64_t rest, uint32_t q)
 {
 	uint32_t mi[SK_MEMINFO_VARS];
 	socklen_t len = sizeof(mi);
-	uint32_t free_bytes;
+	uint64_t free_bytes, per = 2;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_MEMINFO, mi, &len) < 0 ||
 	    len < sizeof(uint32_t) * (SK_MEMINFO_RCVBUF + 1))
 		return false;
 	free_bytes = mi[SK_MEMINFO_RCVBUF] > mi[SK_MEMINFO_RMEM_ALLOC]
 		     ? mi[SK_MEMINFO_RCVBUF] - mi[SK_MEMINFO_RMEM_ALLOC] : 0;
-	return free_bytes / 4 >= rest;
+	if (q && (mi[SK_MEMINFO_RMEM_ALLOC] + q - 1) / q > per)
+		per = (mi[SK_MEMINFO_RMEM_ALLOC] + q - 1) / q;
+	return free_bytes / 2 >= rest * per;
 }
 
 /* Moves what the socket holds of the FPDU at st_off (@need bytes) to the stage. */
@@ -287,7 +290,7 @@ static bool all_in(struct iw_qp *iq, uint32_t need)
 		return false;
 	if ((uint64_t)staged + (uint64_t)q >= need)
 		return true;
-	if (need > IW_STAGE_CAP || room_for(sock_fd(iq), need - staged - (uint64_t)q))
+	if (need > IW_STAGE_CAP || room_for(sock_fd(iq), need - staged - (uint64_t)q, (uint32_t)q))
 		return false;
 	r = drain(iq, need);
 	if (r < 0) {
