@@ -177,7 +177,9 @@ launch() {
 
 # launch_netns TRANSPORT NP: the same across the namespaces. mpirun runs in A, ranks
 # fill A's slots then B's (NP/2 each, rounded up), the agent starts each orted (under
-# `softverbs run` for softverbs: the view and the library go with the ranks).
+# `softverbs run` for softverbs: the view and the library go with the ranks). Each orted
+# straight from mpirun and routed direct: Open MPI 4.1's default routing across these
+# "hosts" sometimes lost a daemon ("ORTE does not know how to route a message", exit 139).
 launch_netns() {
 	local t=$1 np=$2
 	local hosts=$out_dir/hosts-np$np
@@ -186,7 +188,7 @@ launch_netns() {
 	[[ $t == sv-* ]] && prefix="$(realpath "$SV") run --"
 	cmd=(env "MPI_BENCH_PREFIX=$prefix" ip netns exec "$NS_A" "${common[@]}" "$np"
 		--hostfile "$hosts" --bind-to none --mca plm_rsh_agent "$agent"
-		--mca oob_tcp_if_include veth0)
+		--mca routed direct --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include veth0)
 	case $t in
 	sv-ucx) cmd+=(--mca pml ucx --mca btl '^vader,tcp,openib'
 		-x UCX_TLS=rc,self -x UCX_NET_DEVICES=softverbs0:1 -x UCX_LOG_LEVEL=info)
