@@ -274,19 +274,28 @@ static void print_line(struct ctx *c, const char *test, size_t bytes, unsigned i
 
 typedef void (*op_fn)(struct ctx *c, size_t arg);
 
+/* Times `iters` calls of op; returns the slowest rank's time per call. */
+static double time_coll(struct ctx *c, op_fn op, size_t count, unsigned iters)
+{
+	MPI_Barrier(MPI_COMM_WORLD);
+	double t0 = MPI_Wtime();
+	for (unsigned i = 0; i < iters; i++)
+		op(c, count);
+	double mine = (MPI_Wtime() - t0) / iters, slowest;
+	MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	return slowest;
+}
+
 /* The warm-up, timed: a few calls of op tell how long one takes (the slowest rank's
  * time: every rank must run the same number of calls), so that a repeat of slow
  * operations (an oversubscribed host) stays near repeat_s. Returns the iterations. */
 static unsigned warm_up(struct ctx *c, op_fn op, size_t arg, unsigned iters)
 {
 	unsigned n = iters / 10 < 2 ? 2 : iters / 10 > 20 ? 20 : iters / 10;
+	double slowest;
+
 	op(c, arg);
-	MPI_Barrier(MPI_COMM_WORLD);
-	double t0 = MPI_Wtime();
-	for (unsigned i = 0; i < n; i++)
-		op(c, arg);
-	double mine = (MPI_Wtime() - t0) / n, slowest;
-	MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	slowest = time_coll(c, op, arg, n);
 	if (slowest * iters > c->o->repeat_s) {
 		double fit = c->o->repeat_s / slowest;
 		iters = fit < c->o->min_iters ? c->o->min_iters : (unsigned)fit;
@@ -334,18 +343,6 @@ static void run_pingpong(struct ctx *c, size_t bytes)
 	print_line(c, "pingpong", bytes, iters, t, 1.0);
 }
 
-/* Times `iters` calls of op; returns the slowest rank's time per call. */
-
-static double time_coll(struct ctx *c, op_fn op, size_t count, unsigned iters)
-{
-	MPI_Barrier(MPI_COMM_WORLD);
-	double t0 = MPI_Wtime();
-	for (unsigned i = 0; i < iters; i++)
-		op(c, count);
-	double mine = (MPI_Wtime() - t0) / iters, slowest;
-	MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-	return slowest;
-}
 
 static void allreduce_op(struct ctx *c, size_t count)
 {
