@@ -165,7 +165,8 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 	ib->srq = qp->srq ? attr->srq : NULL;
 	/* From here peers can attach (the wire gives the QP its number): everything they
 	 * read is set above. */
-	err = -sv_qp_data_init(qp, sv_wire_for_qp(attr->qp_type));
+	err = -sv_qp_data_init(qp, sv_wire_for_qp(attr->qp_type),
+			       sv_wire_far_for_qp(attr->qp_type));
 	if (err)
 		goto err_rq;
 	err = -sv_engine_add_qp(qp);

@@ -264,13 +264,19 @@ int sv_engine_add_qp(struct sv_qp *qp)
 	return err;
 }
 
+/* Packets peers dropped for @qp's P_Key, on both its wires. */
+static uint32_t qp_bad_pkeys(struct sv_qp *qp)
+{
+	return qp->wire->bad_pkeys(qp) + (qp->far ? qp->far->bad_pkeys(qp) : 0);
+}
+
 uint32_t sv_engine_bad_pkeys(void)
 {
 	uint32_t n = atomic_load(&bad_pkeys_gone);
 
 	pthread_mutex_lock(&eng.lock);
 	for (int i = 0; i < eng.n_qps; i++)
-		n += eng.qps[i]->wire->bad_pkeys(eng.qps[i]);
+		n += qp_bad_pkeys(eng.qps[i]);
 	pthread_mutex_unlock(&eng.lock);
 	return n;
 }
@@ -278,7 +284,7 @@ uint32_t sv_engine_bad_pkeys(void)
 void sv_engine_remove_qp(struct sv_qp *qp)
 {
 	pthread_mutex_lock(&eng.lock);
-	atomic_fetch_add(&bad_pkeys_gone, qp->wire->bad_pkeys(qp));
+	atomic_fetch_add(&bad_pkeys_gone, qp_bad_pkeys(qp));
 	for (int i = 0; i < eng.n_qps; i++) {
 		if (eng.qps[i] == qp) {
 			eng.qps[i] = eng.qps[--eng.n_qps];
@@ -383,6 +389,8 @@ static int pass_all(enum pass what, bool *timed)
 				break;
 			case PASS_DISARM:
 				qp->wire->disarm(qp);
+				if (qp->far)
+					qp->far->disarm(qp);
 				break;
 			}
 			if (sv_qp_needs_timer(qp))

@@ -235,6 +235,9 @@ struct sv_qp {
 	bool wire_fixed;              /* chosen by its creator (softverbs_create_qp_on_wire,
 				       * SOFTVERBS_WIRE): where the peer is changes nothing */
 	void *wire_qp;                /* the wire's state of this QP */
+	const struct sv_wire_ops *far; /* UD: the wire to QPs of other hosts (NULL: none);
+					* its state in far_qp. The requester picks per WR */
+	void *far_qp;
 	struct sv_qp_pub pub;         /* what the wire and the responder read without qp->lock */
 	atomic_int eng_ref;           /* pinned by a poller or the progress thread */
 	_Atomic uint32_t polled_look; /* sv_engine_look when a poller last moved it */

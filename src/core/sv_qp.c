@@ -6,7 +6,9 @@
 #include "core/sv_qp_data.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/sv_cq.h"
 #include "core/sv_path.h"
@@ -15,7 +17,8 @@
 #include "util/sv_lock.h"
 #include "util/sv_log.h"
 
-int sv_qp_data_init(struct sv_qp *qp, const struct sv_wire_ops *wire)
+int sv_qp_data_init(struct sv_qp *qp, const struct sv_wire_ops *wire,
+		     const struct sv_wire_ops *far)
 {
 	uint32_t qpn = 0;
 	int err;
@@ -38,6 +41,20 @@ int sv_qp_data_init(struct sv_qp *qp, const struct sv_wire_ops *wire)
 		return err;
 	qp->ibv.qp_base.qp_num = qpn;
 	qp->ibv.qp_base.handle = qpn;
+	/* A UD QP reaches other hosts through its far wire, with the same number. Without
+	 * it (its port taken, no socket) it still reaches the QPs of its host. */
+	if (far) {
+		err = far->qp_take(qp, qpn);
+		if (!err) {
+			qp->far = far;
+		} else {
+			static _Atomic bool told;
+
+			if (!atomic_exchange(&told, true))
+				sv_warn("qp %u: no %s wire (%s): it reaches this host's QPs only",
+					qpn, far->name, strerror(-err));
+		}
+	}
 	return 0;
 }
 
@@ -68,6 +85,8 @@ static void drop_peers(struct sv_qp *qp)
 void sv_qp_data_fini(struct sv_qp *qp)
 {
 	drop_peers(qp);
+	if (qp->far)
+		qp->far->qp_fini(qp);
 	qp->wire->qp_fini(qp);
 }
 
@@ -84,6 +103,8 @@ void sv_qp_data_publish(struct sv_qp *qp)
 	atomic_store(&p->rd_out, qp->attr.max_rd_atomic);
 	atomic_store(&p->state, qp->attr.qp_state);
 	qp->wire->publish(qp);
+	if (qp->far)
+		qp->far->publish(qp);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -189,6 +210,8 @@ static void rx_discard(struct sv_qp *qp)
 {
 	sv_rx_lock(qp);
 	qp->wire->discard(qp);
+	if (qp->far)
+		qp->far->discard(qp);
 	sv_resp_reset(qp);
 	sv_rx_unlock(qp);
 }
@@ -346,7 +369,7 @@ int sv_mcast_count(struct sv_qp *qp)
 
 int sv_qp_progress(struct sv_qp *qp)
 {
-	int n = qp->wire->poll(qp);
+	int n = qp->wire->poll(qp) + (qp->far ? qp->far->poll(qp) : 0);
 
 	if (qp->wire->timers)
 		n += qp->wire->timers(qp);
@@ -380,7 +403,7 @@ bool sv_qp_arm(struct sv_qp *qp, bool assist)
 		return true; /* what waits there needs a receive, not us */
 	if (sv_hint(qp->tx_kick))
 		return false;
-	return qp->wire->arm(qp, assist);
+	return qp->wire->arm(qp, assist) && (!qp->far || qp->far->arm(qp, assist));
 }
 
 bool sv_qp_needs_timer(struct sv_qp *qp)

@@ -11,7 +11,8 @@
 #include "core/sv_obj.h"
 
 /* Sets the QP up on @wire: its QPN (into ibv.qp_num) and the wire's state. */
-int sv_qp_data_init(struct sv_qp *qp, const struct sv_wire_ops *wire);
+int sv_qp_data_init(struct sv_qp *qp, const struct sv_wire_ops *wire,
+		     const struct sv_wire_ops *far);
 void sv_qp_data_fini(struct sv_qp *qp);
 /* Moves @qp (RESET or INIT, qp->lock held, no peer attached) to wire @to, keeping its
  * number: where the peer is decides the wire (src/wire/sv_wires.c). 0, or -errno with

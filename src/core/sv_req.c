@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 
 #include "core/sv_cq.h"
+#include "core/sv_device.h"
 #include "core/sv_mcast.h"
 #include "core/sv_path.h"
 #include "util/sv_lock.h"
@@ -174,6 +175,19 @@ static bool tx_unclaim(struct sv_qp *qp, uint32_t gen)
 	return false;
 }
 
+/*
+ * The wire a WR goes on: a UD datagram to a GID that is not one of this host's goes on
+ * the QP's far wire (multicast stays on the host); everything else on the QP's wire.
+ */
+static const struct sv_wire_ops *tx_wire(struct sv_qp *qp, const struct sv_send_wqe *w)
+{
+	if (qp->far && qp->ibv.qp_base.qp_type == IBV_QPT_UD && w->ud.is_global &&
+	    !sv_gid_is_multicast(&w->ud.dgid) &&
+	    sv_host_find_gid(&sv_qp_ctx(qp)->host, &w->ud.dgid) < 0)
+		return qp->far;
+	return qp->wire;
+}
+
 /* A header for a request of @w from this QP. */
 static struct sv_hdr req_hdr(struct sv_qp *qp, const struct sv_send_wqe *w, uint8_t op)
 {
@@ -192,11 +206,12 @@ static struct sv_hdr req_hdr(struct sv_qp *qp, const struct sv_send_wqe *w, uint
 static enum tx_result tx_message(struct sv_qp *qp, struct sv_send_wqe *w, struct sv_hdr *proto,
 				 const struct iovec *iov, int n_iov, uint64_t total, bool acked)
 {
+	const struct sv_wire_ops *wire = tx_wire(qp, w);
 	uint8_t last_flags = proto->flags & (SV_F_IMM | SV_F_SOLICITED);
 	uint64_t seg;
 
 	proto->total = total;
-	seg = total <= qp->wire->seg_min ? total : qp->wire->seg_max(qp, proto);
+	seg = total <= wire->seg_min ? total : wire->seg_max(qp, proto);
 	do {
 		uint64_t n = total - qp->tx_off < seg ? total - qp->tx_off : seg;
 		struct iovec piece[SV_IOV_MAX];
@@ -219,7 +234,7 @@ static enum tx_result tx_message(struct sv_qp *qp, struct sv_send_wqe *w, struct
 		if (qp->tx_off + n == total)
 			h.flags |= SV_F_LAST | last_flags;
 		h.msn = acked ? qp->next_msn + 1 : 0;
-		if (qp->wire->send(qp, &h, part, k))
+		if (wire->send(qp, &h, part, k))
 			return TX_BLOCKED;
 		if (acked)
 			qp->next_msn++;
@@ -503,13 +518,13 @@ static enum ibv_wc_status lost_status(struct sv_qp *qp, struct sv_send_wqe *w,
 }
 
 /*
- * Whether the wire can take a datagram for UD QP @dest now: TX_DONE if the datagram is
+ * Whether @wire can take a datagram for UD QP @dest now: TX_DONE if the datagram is
  * lost (unreachable, another partition), TX_BLOCKED while an attach is wanted, else
  * TX_WAIT (send it).
  */
-static enum tx_result ud_reach(struct sv_qp *qp, uint32_t dest)
+static enum tx_result ud_reach(struct sv_qp *qp, const struct sv_wire_ops *wire, uint32_t dest)
 {
-	switch (qp->wire->reach(qp, dest)) {
+	switch (wire->reach(qp, dest)) {
 	case SV_REACH_READY:
 		return TX_WAIT;
 	case SV_REACH_NO_PEER:
@@ -521,8 +536,8 @@ static enum tx_result ud_reach(struct sv_qp *qp, uint32_t dest)
 	case SV_REACH_CONNECTING:
 		return TX_BLOCKED;
 	case SV_REACH_PARTITION:
-		if (qp->wire->dropped)
-			qp->wire->dropped(qp, dest);
+		if (wire->dropped)
+			wire->dropped(qp, dest);
 		return TX_DONE;
 	default:
 		return TX_DONE;
@@ -547,7 +562,7 @@ static enum tx_result tx_mcast(struct sv_qp *qp, struct sv_send_wqe *w)
 		return TX_BLOCKED;
 	}
 	while (qp->mc_next < qp->mc_n) {
-		enum tx_result r = ud_reach(qp, qp->mc_qpn[qp->mc_next]);
+		enum tx_result r = ud_reach(qp, qp->wire, qp->mc_qpn[qp->mc_next]);
 
 		if (r == TX_BLOCKED)
 			return TX_BLOCKED; /* attaching (sv_qp_tx_connect) */
@@ -644,7 +659,7 @@ static enum tx_result tx_one(struct sv_qp *qp, struct sv_send_wqe *w)
 		if (w->ud.remote_qpn == 0xffffff && w->ud.is_global &&
 		    sv_gid_is_multicast(&w->ud.dgid))
 			return tx_mcast(qp, w);
-		r = ud_reach(qp, w->ud.remote_qpn);
+		r = ud_reach(qp, tx_wire(qp, w), w->ud.remote_qpn);
 		if (r == TX_DONE) {
 			/* UD is unreliable: a datagram to nobody, or to another partition, is
 			 * simply lost. */

@@ -16,7 +16,9 @@
 
 #define SV_QPN_BLOCK_BITS 8
 #define SV_QPN_BLOCK (1u << SV_QPN_BLOCK_BITS)
-#define SV_QPN_BLOCKS (1u << (24 - SV_QPN_BLOCK_BITS))
+/* Blocks 1 to 16383 (QPNs below 2^22): a block is also a UDP port of the host, base +
+ * block (src/wire/udp/udp_wire.h), and 16384 of them fit below the ephemeral range. */
+#define SV_QPN_BLOCKS (1u << 14)
 
 /*
  * 0 and *qpn, or -ENOMEM / -errno. Never returns 0 or 1 (IBA: QP0 and QP1 are special).

@@ -12,6 +12,7 @@
 #include "wire/iwarp/iw_wire.h"
 #include "wire/sv_qpn.h"
 #include "wire/shm/shm_wire.h"
+#include "wire/udp/udp_wire.h"
 
 static _Thread_local const char *next_wire;
 
@@ -50,6 +51,16 @@ const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type)
 			sv_warn("SOFTVERBS_WIRE=%s: not a wire (shm, iwarp); using shm", w);
 	}
 	return &sv_wire_shm;
+}
+
+const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type)
+{
+	const char *w = getenv("SOFTVERBS_UDP");
+
+	/* SOFTVERBS_UDP=0 keeps UD on the host (no socket, no port). */
+	if (type != IBV_QPT_UD || (w && !strcmp(w, "0")))
+		return NULL;
+	return &sv_wire_udp;
 }
 
 /* SOFTVERBS_WIRE names a wire for every QP: where the peer is decides nothing then. */

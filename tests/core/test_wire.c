@@ -554,6 +554,13 @@ const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type)
 	return tw_unordered ? &tw_wire_unordered : &tw_wire;
 }
 
+const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type);
+const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type)
+{
+	(void)type;
+	return NULL; /* no second wire for UD */
+}
+
 /* The rest of src/wire/sv_wires.h, for the verbs layer's extensions: no other wire. */
 void sv_wire_qp_created(struct sv_qp *qp);
 void sv_wire_qp_created(struct sv_qp *qp)

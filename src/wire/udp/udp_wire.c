@@ -1,0 +1,684 @@
+/*
+ * The UDP wire (udp_wire.h): a QPN block's socket, datagrams out with one sendmsg each,
+ * datagrams in routed to the block's QPs and handed to the responder.
+ *
+ * Receiving: whichever QP of a block polls first reads the block's socket (a budget at a
+ * time, under the block's mutex) and delivers what is its own; what is for another QP
+ * of the block waits in that QP's queue until it polls. A datagram the responder holds
+ * (its QP not in RTR yet) waits in the queue too. A full queue drops what comes: UD is
+ * unreliable, as a NIC's receive queue without room is.
+ *
+ * Waking: the block's socket is watched one-shot; arm() enables the watch and checks the
+ * QP's queue under the block's mutex, and routing reads and queues under the same mutex,
+ * so a datagram is either in the queue when arm looks, or arrives after the watch is
+ * enabled and wakes the progress thread (which then polls every QP).
+ */
+#include "wire/udp/udp_wire.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/sv_engine.h"
+#include "core/sv_obj.h"
+#include "core/sv_path.h"
+#include "util/sv_log.h"
+#include "wire/sv_qpn.h"
+#include "wire/udp/udp_proto.h"
+
+enum {
+	UDP_QUEUE = 32, /* datagrams a QP keeps for its next poll */
+	UDP_BUDGET = 32, /* datagrams read per poll */
+};
+
+struct udp_dgram {
+	struct udp_pkt pkt;
+	struct in6_addr src, dst; /* IPv6, or IPv4 mapped: the GIDs of the GRH */
+	uint32_t len;
+	uint8_t buf[UDP_DGRAM_MAX];
+};
+
+struct udp_qp;
+
+struct udp_block {
+	struct udp_block *next;
+	uint32_t block;
+	int fd;
+	bool v6;        /* an IPv6 socket taking IPv4 too; else IPv4 only */
+	uint64_t watch; /* the engine's one-shot watch of fd */
+	pthread_mutex_t lock; /* qps[], their queues, in */
+	struct udp_qp *qps[SV_QPN_BLOCK];
+	int n_qps;
+	struct udp_dgram in; /* the datagram being read */
+};
+
+struct udp_qp {
+	struct sv_qp *qp;
+	struct udp_block *b;
+	uint32_t qpn;
+	uint32_t psn;            /* sq.lock */
+	_Atomic uint32_t bad_pkeys;
+	struct udp_dgram *queue; /* UDP_QUEUE, allocated when first needed; b->lock */
+	uint32_t head, tail;
+};
+
+static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER; /* blocks; above b->lock */
+static struct udp_block *blocks;
+
+static struct udp_qp *udp_of(struct sv_qp *qp)
+{
+	return qp->far_qp;
+}
+
+static uint16_t port_base(void)
+{
+	const char *s = getenv("SOFTVERBS_UD_PORT");
+	char *end;
+	unsigned long v;
+
+	if (!s || !*s)
+		return UDP_DEFAULT_PORT_BASE;
+	v = strtoul(s, &end, 10);
+	if (*end || v == 0 || v + SV_QPN_BLOCKS - 1 > 65535) {
+		static _Atomic bool told;
+
+		if (!atomic_exchange(&told, true))
+			sv_warn("SOFTVERBS_UD_PORT=%s: not a port from 1 to %u; using %u", s,
+				65536 - SV_QPN_BLOCKS, UDP_DEFAULT_PORT_BASE);
+		return UDP_DEFAULT_PORT_BASE;
+	}
+	return (uint16_t)v;
+}
+
+static uint16_t block_port(uint32_t block)
+{
+	return (uint16_t)(port_base() + block);
+}
+
+/* --- blocks ---------------------------------------------------------------------------- */
+
+static void woken(void *arg, uint32_t events)
+{
+	(void)arg;
+	(void)events; /* the pass that follows a wake-up polls every QP */
+}
+
+static int open_socket(uint32_t block, bool *v6)
+{
+	int on = 1, off = 0, fd, err;
+
+	fd = socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	*v6 = fd >= 0;
+	if (fd >= 0) {
+		struct sockaddr_in6 sa = { .sin6_family = AF_INET6,
+					   .sin6_port = htons(block_port(block)),
+					   .sin6_addr = IN6ADDR_ANY_INIT };
+
+		if (!setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) &&
+		    !setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on)) &&
+		    !bind(fd, (struct sockaddr *)&sa, sizeof(sa)))
+			return fd;
+		err = -errno;
+		close(fd);
+		if (err != -EADDRNOTAVAIL && err != -EAFNOSUPPORT)
+			return err;
+	}
+	/* No IPv6 on this host: IPv4 only. */
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	{
+		struct sockaddr_in sa = { .sin_family = AF_INET,
+					  .sin_port = htons(block_port(block)),
+					  .sin_addr.s_addr = htonl(INADDR_ANY) };
+
+		if (!setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof(on)) &&
+		    !bind(fd, (struct sockaddr *)&sa, sizeof(sa)))
+			return fd;
+	}
+	err = -errno;
+	close(fd);
+	return err;
+}
+
+/* blocks_lock held: the block of @block, opened if it is not yet. */
+static struct udp_block *block_get_locked(uint32_t block, int *err)
+{
+	struct udp_block *b;
+
+	for (b = blocks; b; b = b->next)
+		if (b->block == block)
+			return b;
+	b = calloc(1, sizeof(*b));
+	if (!b) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	b->block = block;
+	b->fd = open_socket(block, &b->v6);
+	if (b->fd < 0) {
+		*err = b->fd;
+		free(b);
+		return NULL;
+	}
+	sv_engine_lock();
+	*err = sv_engine_watch_oneshot_locked(b->fd, woken, b, &b->watch);
+	sv_engine_unlock();
+	if (*err) {
+		close(b->fd);
+		free(b);
+		return NULL;
+	}
+	pthread_mutex_init(&b->lock, NULL);
+	b->next = blocks;
+	blocks = b;
+	return b;
+}
+
+/* blocks_lock held: the block's last QP left; its port is free again. */
+static void block_put_locked(struct udp_block *b)
+{
+	struct udp_block **p = &blocks;
+
+	while (*p != b)
+		p = &(*p)->next;
+	*p = b->next;
+	sv_engine_lock();
+	sv_engine_unwatch_locked(b->watch);
+	sv_engine_unlock();
+	close(b->fd);
+	pthread_mutex_destroy(&b->lock);
+	free(b);
+}
+
+/* After fork() the child must not read its parent's sockets (nor hold their ports). */
+static void forget_inherited(void)
+{
+	for (struct udp_block *b = blocks, *next; b; b = next) {
+		next = b->next;
+		close(b->fd);
+	}
+	blocks = NULL; /* the parent's QPs are not the child's: their state is left */
+}
+
+static void at_fork_setup(void)
+{
+	(void)pthread_atfork(NULL, NULL, forget_inherited);
+}
+
+/* --- set-up ---------------------------------------------------------------------------- */
+
+static int udp_qp_take(struct sv_qp *qp, uint32_t qpn)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	struct udp_qp *uq;
+	struct udp_block *b;
+	int err = 0;
+
+	if (qp->ibv.qp_base.qp_type != IBV_QPT_UD)
+		return -EINVAL;
+	pthread_once(&once, at_fork_setup);
+	uq = calloc(1, sizeof(*uq));
+	if (!uq)
+		return -ENOMEM;
+	uq->qp = qp;
+	uq->qpn = qpn;
+	pthread_mutex_lock(&blocks_lock);
+	b = block_get_locked(qpn >> SV_QPN_BLOCK_BITS, &err);
+	if (b) {
+		pthread_mutex_lock(&b->lock);
+		b->qps[qpn & (SV_QPN_BLOCK - 1)] = uq;
+		b->n_qps++;
+		pthread_mutex_unlock(&b->lock);
+		uq->b = b;
+		qp->far_qp = uq;
+	}
+	pthread_mutex_unlock(&blocks_lock);
+	if (!b) {
+		free(uq);
+		return err;
+	}
+	return 0;
+}
+
+static int udp_qp_init(struct sv_qp *qp, uint32_t *qpn)
+{
+	(void)qp;
+	(void)qpn;
+	return -EOPNOTSUPP; /* a far wire only: the QP's number is its near wire's */
+}
+
+static void udp_qp_fini(struct sv_qp *qp)
+{
+	struct udp_qp *uq = udp_of(qp);
+	struct udp_block *b = uq->b;
+
+	pthread_mutex_lock(&blocks_lock);
+	pthread_mutex_lock(&b->lock);
+	b->qps[uq->qpn & (SV_QPN_BLOCK - 1)] = NULL; /* no datagram is routed to it now */
+	b->n_qps--;
+	pthread_mutex_unlock(&b->lock);
+	/* A poll under way (the progress thread's, or a poller's) ends first. */
+	while (atomic_load(&qp->eng_ref))
+		sched_yield();
+	sv_rx_lock(qp);
+	qp->far_qp = NULL;
+	sv_rx_unlock(qp);
+	if (!b->n_qps)
+		block_put_locked(b);
+	pthread_mutex_unlock(&blocks_lock);
+	free(uq->queue);
+	free(uq);
+}
+
+static void udp_publish(struct sv_qp *qp)
+{
+	(void)qp; /* the receiver reads qp->pub itself (P_Key, Q_Key, state) */
+}
+
+static void udp_disconnect(struct sv_qp *qp)
+{
+	(void)qp; /* datagrams: no peer to tell */
+}
+
+static void udp_discard(struct sv_qp *qp)
+{
+	struct udp_qp *uq = udp_of(qp);
+
+	if (!uq)
+		return;
+	pthread_mutex_lock(&uq->b->lock);
+	uq->head = uq->tail = 0;
+	pthread_mutex_unlock(&uq->b->lock);
+}
+
+/* --- sending --------------------------------------------------------------------------- */
+
+static enum sv_reach udp_reach(struct sv_qp *qp, uint32_t dest_qpn)
+{
+	(void)dest_qpn;
+	/* Nobody answers a datagram: whether anyone is there is not known, nor waited for. */
+	return udp_of(qp) ? SV_REACH_READY : SV_REACH_UNREACHABLE;
+}
+
+static int udp_connect(struct sv_qp *qp, uint32_t qpn, void **conn)
+{
+	(void)qp;
+	(void)qpn;
+	*conn = NULL;
+	return -EINVAL; /* reach never asks for an attach */
+}
+
+static void *udp_attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
+{
+	(void)qp;
+	(void)qpn;
+	(void)err;
+	return conn;
+}
+
+static void udp_release(struct sv_qp *qp, void *conn)
+{
+	(void)qp;
+	(void)conn;
+}
+
+static uint64_t udp_seg_max(struct sv_qp *qp, const struct sv_hdr *h)
+{
+	(void)qp;
+	(void)h;
+	return SV_UD_GRH + UDP_PAYLOAD_MAX;
+}
+
+/* Where a datagram to @gid goes on a socket of this family: false if it cannot. */
+static bool dest_addr(const struct udp_block *b, const uint8_t gid[16], uint32_t dest_qpn,
+		      struct sockaddr_storage *ss, socklen_t *len)
+{
+	static const uint8_t v4_prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	uint16_t port = htons(block_port(dest_qpn >> SV_QPN_BLOCK_BITS));
+
+	memset(ss, 0, sizeof(*ss));
+	if (gid[0] == 0xfe && (gid[1] & 0xc0) == 0x80)
+		return false; /* link-local: which interface is not said (no scope) */
+	if (b->v6) {
+		struct sockaddr_in6 *sa = (struct sockaddr_in6 *)ss;
+
+		sa->sin6_family = AF_INET6;
+		sa->sin6_port = port;
+		memcpy(&sa->sin6_addr, gid, 16);
+		*len = sizeof(*sa);
+		return true;
+	}
+	if (memcmp(gid, v4_prefix, sizeof(v4_prefix)))
+		return false; /* IPv6 on a host without it */
+	{
+		struct sockaddr_in *sa = (struct sockaddr_in *)ss;
+
+		sa->sin_family = AF_INET;
+		sa->sin_port = port;
+		memcpy(&sa->sin_addr, gid + 12, 4);
+		*len = sizeof(*sa);
+	}
+	return true;
+}
+
+/*
+ * sq.lock: one datagram. The core's payload starts with the GRH it built (SV_F_GRH):
+ * its destination GID says where to; the GRH itself does not go (RoCE v2's IP header is
+ * the kernel's). A datagram that cannot go (no route, link-local) is lost, as UD loses
+ * it; a full socket buffer is -EAGAIN.
+ */
+static int udp_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, int n_iov)
+{
+	struct udp_qp *uq = udp_of(qp);
+	uint8_t gid[16], hdr[UDP_HDR_MAX], trailer[3 + UDP_ICRC] = { 0 };
+	struct iovec out[SV_IOV_MAX + 3];
+	struct sockaddr_storage ss;
+	struct udp_pkt pkt;
+	struct msghdr msg = { 0 };
+	uint64_t skip = SV_UD_GRH, got = 0;
+	uint32_t pad, crc;
+	socklen_t ss_len;
+	size_t hdr_len;
+	int n = 1;
+
+	if (!uq || h->op != SV_OP_SEND || !(h->flags & SV_F_GRH) || h->len < SV_UD_GRH ||
+	    h->len - SV_UD_GRH > UDP_PAYLOAD_MAX || n_iov > SV_IOV_MAX)
+		return 0; /* nothing else is asked of a far wire (sv_req.c) */
+	/* The GRH: its destination GID (struct ibv_grh: dgid at 24). */
+	for (int i = 0; i < n_iov && got < SV_UD_GRH; i++) {
+		for (size_t k = 0; k < iov[i].iov_len && got < SV_UD_GRH; k++, got++)
+			if (got >= 24)
+				gid[got - 24] = ((const uint8_t *)iov[i].iov_base)[k];
+	}
+	if (got < SV_UD_GRH || !dest_addr(uq->b, gid, h->dest_qpn, &ss, &ss_len))
+		return 0;
+	pkt = (struct udp_pkt){
+		.opcode = (h->flags & SV_F_IMM) ? UDP_OP_SEND_ONLY_IMM : UDP_OP_SEND_ONLY,
+		.solicited = h->flags & SV_F_SOLICITED,
+		.pkey = (uint16_t)atomic_load_explicit(&qp->pub.pkey, memory_order_relaxed),
+		.dest_qpn = h->dest_qpn,
+		.psn = uq->psn++,
+		.qkey = h->qkey,
+		.src_qpn = h->src_qpn,
+		.imm = h->imm,
+		.len = h->len - SV_UD_GRH,
+	};
+	hdr_len = udp_encode_hdr(&pkt, hdr);
+	out[0] = (struct iovec){ .iov_base = hdr, .iov_len = hdr_len };
+	for (int i = 0; i < n_iov; i++) { /* the payload after the GRH */
+		if (iov[i].iov_len <= skip) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		out[n++] = (struct iovec){ .iov_base = (uint8_t *)iov[i].iov_base + skip,
+					   .iov_len = iov[i].iov_len - skip };
+		skip = 0;
+	}
+	pad = udp_pad_of(pkt.len);
+	crc = udp_crc(hdr, hdr_len, &out[1], n - 1, pad);
+	for (int i = 0; i < UDP_ICRC; i++)
+		trailer[pad + (uint32_t)i] = (uint8_t)(crc >> (8 * i));
+	out[n++] = (struct iovec){ .iov_base = trailer, .iov_len = pad + UDP_ICRC };
+	msg.msg_name = &ss;
+	msg.msg_namelen = ss_len;
+	msg.msg_iov = out;
+	msg.msg_iovlen = (size_t)n;
+	if (sendmsg(uq->b->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+		return 0;
+	if (errno == EAGAIN || errno == ENOBUFS)
+		return -EAGAIN;
+	sv_dbg("udp qp %u: a datagram to qp %u lost: %s", uq->qpn, h->dest_qpn, strerror(errno));
+	return 0;
+}
+
+static void udp_abandon(struct sv_qp *qp, uint32_t msn)
+{
+	(void)qp;
+	(void)msn; /* no RNR on UD */
+}
+
+/* --- receiving ------------------------------------------------------------------------- */
+
+struct udp_payload {
+	struct sv_payload base;
+	const uint8_t *grh; /* SV_UD_GRH bytes */
+	const uint8_t *data;
+};
+
+static enum ibv_wc_status payload_copy(const struct sv_payload *sp, uint64_t off,
+				       const struct iovec *dst, int n_dst, uint64_t len)
+{
+	const struct udp_payload *p = (const struct udp_payload *)sp;
+
+	for (int i = 0; i < n_dst && len; i++) {
+		uint8_t *to = dst[i].iov_base;
+		uint64_t n = dst[i].iov_len < len ? dst[i].iov_len : len;
+
+		len -= n;
+		while (n) {
+			const uint8_t *from = off < SV_UD_GRH ? p->grh + off : p->data + off - SV_UD_GRH;
+			uint64_t k = off < SV_UD_GRH ? SV_UD_GRH - off : n;
+
+			if (k > n)
+				k = n;
+			memcpy(to, from, k);
+			to += k;
+			off += k;
+			n -= k;
+		}
+	}
+	return IBV_WC_SUCCESS;
+}
+
+/* Their low 15 bits equal (and not 0), at least one a full member (bit 15). */
+static bool pkeys_match(uint32_t a, uint32_t b)
+{
+	return (a & 0x7fff) && (a & 0x7fff) == (b & 0x7fff) && ((a | b) & 0x8000);
+}
+
+/* rx_busy and b->lock: hands datagram @d to the responder. */
+static enum sv_rx deliver(struct sv_qp *qp, struct udp_qp *uq, const struct udp_dgram *d)
+{
+	uint8_t grh[SV_UD_GRH] = { 0 };
+	struct ibv_grh *g = (struct ibv_grh *)grh;
+	struct udp_payload p = { .base.copy = payload_copy, .grh = grh,
+				 .data = d->buf + d->pkt.payload_off };
+	struct sv_hdr h = {
+		.op = SV_OP_SEND,
+		.flags = SV_F_FIRST | SV_F_LAST | SV_F_GRH,
+		.src_qpn = d->pkt.src_qpn,
+		.dest_qpn = d->pkt.dest_qpn,
+		.imm = d->pkt.imm,
+		.len = SV_UD_GRH + d->pkt.len,
+		.total = SV_UD_GRH + d->pkt.len,
+		.qkey = d->pkt.qkey,
+	};
+
+	if (!pkeys_match(d->pkt.pkey, atomic_load_explicit(&qp->pub.pkey, memory_order_relaxed))) {
+		atomic_fetch_add_explicit(&uq->bad_pkeys, 1, memory_order_relaxed);
+		return SV_RX_CONSUMED; /* IBA 10.9.2: dropped, and counted */
+	}
+	if (d->pkt.opcode == UDP_OP_SEND_ONLY_IMM)
+		h.flags |= SV_F_IMM;
+	if (d->pkt.solicited)
+		h.flags |= SV_F_SOLICITED;
+	/* The GRH as the shm wire writes it (IPv6 form, next header UDP). */
+	g->version_tclass_flow = htobe32(6u << 28);
+	g->paylen = htobe16((uint16_t)(d->pkt.len));
+	g->next_hdr = 17;
+	g->hop_limit = 64;
+	memcpy(g->sgid.raw, &d->src, 16);
+	memcpy(g->dgid.raw, &d->dst, 16);
+	return sv_resp_deliver(qp, &h, &p.base);
+}
+
+/* b->lock: keeps @d for @uq's next poll; false if there is no room (it is dropped). */
+static bool enqueue(struct udp_qp *uq, const struct udp_dgram *d)
+{
+	if (!uq->queue) {
+		uq->queue = malloc(UDP_QUEUE * sizeof(*uq->queue));
+		if (!uq->queue)
+			return false;
+	}
+	if (uq->head - uq->tail == UDP_QUEUE)
+		return false;
+	uq->queue[uq->head++ % UDP_QUEUE] = *d;
+	return true;
+}
+
+static void to_v6(const struct sockaddr_storage *ss, struct in6_addr *a)
+{
+	if (ss->ss_family == AF_INET6) {
+		*a = ((const struct sockaddr_in6 *)ss)->sin6_addr;
+	} else {
+		memset(a, 0, sizeof(*a));
+		a->s6_addr[10] = a->s6_addr[11] = 0xff;
+		memcpy(&a->s6_addr[12], &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	}
+}
+
+/* b->lock: reads one datagram into b->in; false when the socket has none. */
+static bool read_one(struct udp_block *b)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+		struct cmsghdr align;
+	} ctl;
+	struct sockaddr_storage from;
+	struct iovec iov = { .iov_base = b->in.buf, .iov_len = sizeof(b->in.buf) };
+	struct msghdr msg = { .msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &iov,
+			      .msg_iovlen = 1, .msg_control = ctl.buf,
+			      .msg_controllen = sizeof(ctl.buf) };
+	ssize_t n = recvmsg(b->fd, &msg, MSG_DONTWAIT | MSG_TRUNC);
+
+	if (n < 0)
+		return false;
+	b->in.len = msg.msg_flags & MSG_TRUNC ? 0 : (uint32_t)n; /* too long: dropped */
+	to_v6(&from, &b->in.src);
+	memset(&b->in.dst, 0, sizeof(b->in.dst));
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+			struct in6_pktinfo pi;
+
+			memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+			b->in.dst = pi.ipi6_addr;
+		} else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+			struct in_pktinfo pi;
+
+			memcpy(&pi, CMSG_DATA(c), sizeof(pi));
+			b->in.dst.s6_addr[10] = b->in.dst.s6_addr[11] = 0xff;
+			memcpy(&b->in.dst.s6_addr[12], &pi.ipi_addr, 4);
+		}
+	}
+	return true;
+}
+
+/* rx_busy and b->lock: the datagram in b->in to its QP: delivered now if it is @uq's and
+ * nothing of @uq's waits before it, else queued. Returns 1 if delivered. */
+static int route(struct sv_qp *qp, struct udp_qp *uq, struct udp_block *b)
+{
+	struct udp_dgram *d = &b->in;
+	struct udp_qp *to;
+	int err = udp_decode(d->buf, d->len, &d->pkt);
+
+	if (err) {
+		sv_dbg("udp block %u: a datagram dropped: %s", b->block, strerror(-err));
+		return 0;
+	}
+	to = b->qps[d->pkt.dest_qpn & (SV_QPN_BLOCK - 1)];
+	if (!to || to->qpn != d->pkt.dest_qpn)
+		return 0; /* no such QP here (any more): lost, as on a NIC */
+	if (to == uq && uq->head == uq->tail && deliver(qp, uq, d) == SV_RX_CONSUMED)
+		return 1;
+	if (!enqueue(to, d))
+		sv_dbg("udp qp %u: a datagram dropped: its queue is full", to->qpn);
+	return 0;
+}
+
+static int udp_poll(struct sv_qp *qp)
+{
+	struct udp_qp *uq;
+	struct udp_block *b;
+	int n = 0;
+
+	if (!qp->far_qp || !sv_rx_trylock(qp))
+		return 0;
+	uq = udp_of(qp);
+	b = uq ? uq->b : NULL;
+	if (!b || pthread_mutex_trylock(&b->lock)) {
+		sv_rx_unlock(qp); /* another QP of the block reads: ours is queued for us */
+		return 0;
+	}
+	while (uq->head != uq->tail &&
+	       deliver(qp, uq, &uq->queue[uq->tail % UDP_QUEUE]) == SV_RX_CONSUMED) {
+		uq->tail++;
+		n++;
+	}
+	for (int i = 0; i < UDP_BUDGET && read_one(b); i++)
+		n += route(qp, uq, b);
+	pthread_mutex_unlock(&b->lock);
+	sv_rx_unlock(qp);
+	return n;
+}
+
+static bool udp_arm(struct sv_qp *qp, bool assist)
+{
+	struct udp_qp *uq = udp_of(qp);
+	bool idle;
+
+	(void)assist;
+	if (!uq)
+		return true;
+	pthread_mutex_lock(&uq->b->lock);
+	/* Held datagrams wait for the QP's RTR, not for us: they do not keep it awake. */
+	idle = uq->head == uq->tail ||
+	       !sv_qp_state_receives(atomic_load_explicit(&qp->pub.state, memory_order_relaxed));
+	if (idle)
+		idle = !sv_engine_rearm(uq->b->watch, EPOLLIN);
+	pthread_mutex_unlock(&uq->b->lock);
+	return idle;
+}
+
+static void udp_disarm(struct sv_qp *qp)
+{
+	(void)qp; /* one-shot: a wake-up disarms the watch */
+}
+
+static uint32_t udp_bad_pkeys(struct sv_qp *qp)
+{
+	struct udp_qp *uq = udp_of(qp);
+
+	return uq ? atomic_load_explicit(&uq->bad_pkeys, memory_order_relaxed) : 0;
+}
+
+const struct sv_wire_ops sv_wire_udp = {
+	.name = "udp",
+	.caps = 0, /* datagrams, unacknowledged and unordered; SEND with immediate */
+	.seg_min = SV_UD_GRH + UDP_PAYLOAD_MAX,
+	.qp_init = udp_qp_init,
+	.qp_fini = udp_qp_fini,
+	.qp_take = udp_qp_take,
+	.qp_leave = udp_qp_fini,
+	.publish = udp_publish,
+	.connect = udp_connect,
+	.attach = udp_attach,
+	.release = udp_release,
+	.disconnect = udp_disconnect,
+	.discard = udp_discard,
+	.reach = udp_reach,
+	.seg_max = udp_seg_max,
+	.send = udp_send,
+	.abandon = udp_abandon,
+	.poll = udp_poll,
+	.arm = udp_arm,
+	.disarm = udp_disarm,
+	.bad_pkeys = udp_bad_pkeys,
+};
