@@ -106,6 +106,7 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 				     struct ibv_qp_init_attr_ex *attr)
 {
 	struct sv_context *ctx;
+	const struct sv_wire_ops *far;
 	struct sv_qp *qp;
 	int err;
 
@@ -165,8 +166,8 @@ struct ibv_qp *sv_verbs_create_qp_ex(struct ibv_context *context,
 	ib->srq = qp->srq ? attr->srq : NULL;
 	/* From here peers can attach (the wire gives the QP its number): everything they
 	 * read is set above. */
-	err = -sv_qp_data_init(qp, sv_wire_for_qp(attr->qp_type),
-			       sv_wire_far_for_qp(attr->qp_type));
+	far = sv_wire_far_for_qp(attr->qp_type, &qp->far_local);
+	err = -sv_qp_data_init(qp, sv_wire_for_qp(attr->qp_type), far);
 	if (err)
 		goto err_rq;
 	err = -sv_engine_add_qp(qp);

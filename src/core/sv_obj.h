@@ -238,6 +238,7 @@ struct sv_qp {
 	const struct sv_wire_ops *far; /* UD: the wire to QPs of other hosts (NULL: none);
 					* its state in far_qp. The requester picks per WR */
 	void *far_qp;
+	bool far_local;               /* this host's GIDs go on the far wire too (tests) */
 	struct sv_qp_pub pub;         /* what the wire and the responder read without qp->lock */
 	atomic_int eng_ref;           /* pinned by a poller or the progress thread */
 	_Atomic uint32_t polled_look; /* sv_engine_look when a poller last moved it */

@@ -183,7 +183,7 @@ static const struct sv_wire_ops *tx_wire(struct sv_qp *qp, const struct sv_send_
 {
 	if (qp->far && qp->ibv.qp_base.qp_type == IBV_QPT_UD && w->ud.is_global &&
 	    !sv_gid_is_multicast(&w->ud.dgid) &&
-	    sv_host_find_gid(&sv_qp_ctx(qp)->host, &w->ud.dgid) < 0)
+	    (qp->far_local || sv_host_find_gid(&sv_qp_ctx(qp)->host, &w->ud.dgid) < 0))
 		return qp->far;
 	return qp->wire;
 }

@@ -53,11 +53,13 @@ const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type)
 	return &sv_wire_shm;
 }
 
-const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type)
+const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type, bool *local)
 {
 	const char *w = getenv("SOFTVERBS_UDP");
 
-	/* SOFTVERBS_UDP=0 keeps UD on the host (no socket, no port). */
+	/* SOFTVERBS_UDP=0 keeps UD on the host (no socket, no port); =all sends even to
+	 * this host's GIDs over UDP (the UD tests run so). */
+	*local = w && !strcmp(w, "all");
 	if (type != IBV_QPT_UD || (w && !strcmp(w, "0")))
 		return NULL;
 	return &sv_wire_udp;

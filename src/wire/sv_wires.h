@@ -11,8 +11,9 @@
  * connected QP moves to iWARP at RTR when its peer is on another host: sv_wire_for_peer),
  * or the one SOFTVERBS_WIRE forces (iwarp: RC and UC; UD and XRC stay on shm). */
 const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type);
-/* The wire to other hosts' QPs a QP of @type has beside it (UD: UDP), or NULL. */
-const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type);
+/* The wire to other hosts' QPs a QP of @type has beside it (UD: UDP), or NULL;
+ * *local: this host's GIDs are to go on it too (SOFTVERBS_UDP=all, for tests). */
+const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type, bool *local);
 /* A QP was made: a connected one may later move to iWARP (its number reachable). */
 void sv_wire_qp_created(struct sv_qp *qp);
 /* At RTR: the wire the QP's peer needs (shm on this host, iWARP on another), unless

@@ -113,6 +113,22 @@ rows() {
   echo "    $(basename "$file"): result rows ${got//$'\n'/ }, expected $* x $iters"
   return 1
 }
+# ucx_lanes FILE: every lane of every ep_cfg UCX reported is self/memory0 or
+# rc_verbs/softverbs0:1, and each of the 4 ranks (by pid) has an endpoint configuration
+# of rc_verbs/softverbs0:1 lanes alone (its lanes to the other ranks).
+ucx_lanes() {
+  local got pids
+  got=$(grep -E 'ep_cfg\[[0-9]+\]:' "$1" | sed 's/.*ep_cfg\[[0-9]*\]://' |
+        grep -oE '[a-z_0-9]+/[A-Za-z_0-9:.]+' | sort -u | tr '\n' ' ')
+  if [ "$got" != "rc_verbs/softverbs0:1 self/memory0 " ]; then
+    echo "    $(basename "$1"): lanes $got, expected rc_verbs/softverbs0:1 and self/memory0"
+    return 1
+  fi
+  pids=$(grep -E 'ep_cfg\[[0-9]+\]:' "$1" | grep -v 'self/' | sed -nE 's/^\[[0-9.]+\] \[[^:]+:([0-9]+) *:.*/\1/p' |
+         sort -u | wc -l)
+  [ "$pids" -eq 4 ] || { echo "    $(basename "$1"): $pids ranks with rc_verbs-only lanes, expected 4"; return 1; }
+}
+
 no_error() { count_lines "$1" "[Ee]rror|[Ff]ail|[Cc]ouldn't|[Uu]nable" 0; }
 
 finish() {

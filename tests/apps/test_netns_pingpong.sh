@@ -23,11 +23,12 @@ else
   BUILD=${SOFTVERBS_BUILD:-$HERE/../../build}
 fi
 
-CASES=(rc_pingpong rc_pingpong_events rc_pingpong_1mib srq_pingpong rping_v4 rping_v6
-       ucmatose rdma_server cmtime walkthrough)
+CASES=(rc_pingpong rc_pingpong_events rc_pingpong_1mib srq_pingpong ud_pingpong
+       ud_pingpong_events rping_v4 rping_v6 ucmatose rdma_server cmtime walkthrough)
 PERFTEST=(ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw
           ib_atomic_lat ib_atomic_bw)
 for t in "${PERFTEST[@]}"; do CASES+=("$t" "${t}_R"); done
+CASES+=(ib_send_lat_UD ib_send_bw_UD) # UD datagrams: the UDP wire
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${CASES[@]}"
   exit 0
@@ -153,6 +154,9 @@ case_rc_pingpong() { pp rc_pingpong 4096 1000 ibv_rc_pingpong; }
 case_rc_pingpong_events() { pp rc_pingpong_events 4096 1000 ibv_rc_pingpong -e; }
 case_rc_pingpong_1mib() { pp rc_pingpong_1mib 1048576 200 ibv_rc_pingpong; }
 case_srq_pingpong() { pp srq_pingpong 4096 1000 ibv_srq_pingpong; }
+# UD between hosts: the UDP wire (each datagram 2048 bytes plus its headers).
+case_ud_pingpong() { pp ud_pingpong 2048 1000 ibv_ud_pingpong; }
+case_ud_pingpong_events() { pp ud_pingpong_events 2048 1000 ibv_ud_pingpong -e; }
 
 # rping -v -V, 1000 pings: the client prints what the server wrote back (RDMA WRITE),
 # the server what it read from the client (RDMA READ), each ping's data as rping built it.
@@ -236,18 +240,23 @@ case_walkthrough() {
 # its traffic across the veth pair: one packet per message each way (latency), or the
 # payload's bytes (bandwidth).
 perftest_case() {
-  local name=$1 prog=${1%_R} size iters p=18600 side srv cli
+  local name=$1 prog=${1%_R} size iters p=18600 side srv cli ud=()
+  if [ "${name%_UD}" != "$name" ]; then
+    prog=${name%_UD}
+    ud=(-c UD)
+  fi
   case $prog in
   *_lat) iters=1000 ;;
   *_bw) iters=5000 ;;
   esac
   case $prog in
   ib_atomic_*) size=8 ;;
+  *_bw) [ ${#ud[@]} -gt 0 ] && size=4096 || size=65536 ;; # UD: one packet of the MTU
   *_lat) size=2 ;;
   *) size=65536 ;;
   esac
-  local args=(-d softverbs0 -p "$p" -s "$size" -n "$iters")
-  if [ "$name" != "$prog" ]; then
+  local args=(-d softverbs0 -p "$p" -s "$size" -n "$iters" "${ud[@]}")
+  if [ "$name" = "${prog}_R" ]; then
     srv=("$prog" -R "${args[@]}")
     cli=("$prog" -R "${args[@]}" 10.77.0.1)
   else

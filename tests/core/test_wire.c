@@ -554,10 +554,11 @@ const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type)
 	return tw_unordered ? &tw_wire_unordered : &tw_wire;
 }
 
-const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type);
-const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type)
+const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type, bool *local);
+const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type, bool *local)
 {
 	(void)type;
+	*local = false;
 	return NULL; /* no second wire for UD */
 }
 

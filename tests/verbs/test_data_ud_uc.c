@@ -221,6 +221,13 @@ static void test_ud_qp_in_a_block_of_the_iwarp_wire(void **state)
 }
 
 /* The SGID is the sender's GID at the AH's sgid_index, the DGID the AH's. */
+static bool is_v4_mapped(const union ibv_gid *g)
+{
+	static const uint8_t prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	return !memcmp(g->raw, prefix, sizeof(prefix));
+}
+
 static void test_ud_grh_follows_the_ah(void **state)
 {
 	struct tp_pair *x = pair_of(state, &ud_opts);
@@ -230,6 +237,11 @@ static void test_ud_grh_follows_the_ah(void **state)
 	if (ibv_query_gid(x->ep.res->ctx, 1, 1, &g1) || ibv_query_gid(x->ep.res->ctx, 1, 2, &g2)) {
 		tp_pair_stop(x);
 		skip(); /* this host has fewer than 3 addresses */
+	}
+	if (getenv("SOFTVERBS_UDP") && !strcmp(getenv("SOFTVERBS_UDP"), "all") &&
+	    is_v4_mapped(&g1) != is_v4_mapped(&g2)) {
+		tp_pair_stop(x);
+		skip(); /* over UDP an IPv4 source to an IPv6 destination is no IP packet */
 	}
 	w = dgram(x, 1, 0, 64, 1, &g2, QKEY);
 	assert_int_equal(tp_post_recv(&x->peer, x->pq, 1, &(struct tp_sge){ 0, 4096 }, 1), 0);

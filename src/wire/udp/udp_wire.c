@@ -36,6 +36,7 @@
 enum {
 	UDP_QUEUE = 32, /* datagrams a QP keeps for its next poll */
 	UDP_BUDGET = 32, /* datagrams read per poll */
+	UDP_RCVBUF = 8 << 20, /* the socket's receive buffer asked for (grow_rcvbuf) */
 };
 
 struct udp_dgram {
@@ -148,6 +149,20 @@ static int open_socket(uint32_t block, bool *v6)
 	return err;
 }
 
+/*
+ * A receive buffer for bursts: a sender may outrun the poller for a while (perftest's
+ * UD bandwidth test sends 128 datagrams at a time, each three IP fragments on a 1500-byte
+ * MTU, which the socket counts at several times their size). Beyond rmem_max only with
+ * CAP_NET_ADMIN (SO_RCVBUFFORCE); else as much as rmem_max allows.
+ */
+static void grow_rcvbuf(int fd)
+{
+	int want = UDP_RCVBUF;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &want, sizeof(want)))
+		(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &want, sizeof(want));
+}
+
 /* blocks_lock held: the block of @block, opened if it is not yet. */
 static struct udp_block *block_get_locked(uint32_t block, int *err)
 {
@@ -168,6 +183,7 @@ static struct udp_block *block_get_locked(uint32_t block, int *err)
 		free(b);
 		return NULL;
 	}
+	grow_rcvbuf(b->fd);
 	sv_engine_lock();
 	*err = sv_engine_watch_oneshot_locked(b->fd, woken, b, &b->watch);
 	sv_engine_unlock();
@@ -337,11 +353,17 @@ static uint64_t udp_seg_max(struct sv_qp *qp, const struct sv_hdr *h)
 	return SV_UD_GRH + UDP_PAYLOAD_MAX;
 }
 
+static bool v4_mapped(const uint8_t gid[16])
+{
+	static const uint8_t prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	return !memcmp(gid, prefix, sizeof(prefix));
+}
+
 /* Where a datagram to @gid goes on a socket of this family: false if it cannot. */
 static bool dest_addr(const struct udp_block *b, const uint8_t gid[16], uint32_t dest_qpn,
 		      struct sockaddr_storage *ss, socklen_t *len)
 {
-	static const uint8_t v4_prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 	uint16_t port = htons(block_port(dest_qpn >> SV_QPN_BLOCK_BITS));
 
 	memset(ss, 0, sizeof(*ss));
@@ -356,7 +378,7 @@ static bool dest_addr(const struct udp_block *b, const uint8_t gid[16], uint32_t
 		*len = sizeof(*sa);
 		return true;
 	}
-	if (memcmp(gid, v4_prefix, sizeof(v4_prefix)))
+	if (!v4_mapped(gid))
 		return false; /* IPv6 on a host without it */
 	{
 		struct sockaddr_in *sa = (struct sockaddr_in *)ss;
@@ -369,6 +391,42 @@ static bool dest_addr(const struct udp_block *b, const uint8_t gid[16], uint32_t
 	return true;
 }
 
+/* The datagram leaves from the AH's source GID (as RoCE v2's source IP address), not
+ * from whichever address the route would pick; when the two GIDs are not of one family
+ * (an IPv4 source to an IPv6 destination) there is no such IP packet, and the route
+ * picks. */
+static void from_addr(const struct udp_block *b, const uint8_t sgid[16], const uint8_t dgid[16],
+		      struct msghdr *msg, char *buf, size_t len)
+{
+	const uint8_t *gid = sgid;
+	struct cmsghdr *c;
+
+	if (v4_mapped(sgid) != v4_mapped(dgid))
+		return;
+	msg->msg_control = buf;
+	msg->msg_controllen = len;
+	c = CMSG_FIRSTHDR(msg);
+	if (b->v6) {
+		struct in6_pktinfo pi = { .ipi6_ifindex = 0 };
+
+		memcpy(&pi.ipi6_addr, gid, 16);
+		c->cmsg_level = IPPROTO_IPV6;
+		c->cmsg_type = IPV6_PKTINFO;
+		c->cmsg_len = CMSG_LEN(sizeof(pi));
+		memcpy(CMSG_DATA(c), &pi, sizeof(pi));
+		msg->msg_controllen = CMSG_SPACE(sizeof(pi));
+	} else {
+		struct in_pktinfo pi = { .ipi_ifindex = 0 };
+
+		memcpy(&pi.ipi_spec_dst, gid + 12, 4);
+		c->cmsg_level = IPPROTO_IP;
+		c->cmsg_type = IP_PKTINFO;
+		c->cmsg_len = CMSG_LEN(sizeof(pi));
+		memcpy(CMSG_DATA(c), &pi, sizeof(pi));
+		msg->msg_controllen = CMSG_SPACE(sizeof(pi));
+	}
+}
+
 /*
  * sq.lock: one datagram. The core's payload starts with the GRH it built (SV_F_GRH):
  * its destination GID says where to; the GRH itself does not go (RoCE v2's IP header is
@@ -378,7 +436,11 @@ static bool dest_addr(const struct udp_block *b, const uint8_t gid[16], uint32_t
 static int udp_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, int n_iov)
 {
 	struct udp_qp *uq = udp_of(qp);
-	uint8_t gid[16], hdr[UDP_HDR_MAX], trailer[3 + UDP_ICRC] = { 0 };
+	uint8_t grh[SV_UD_GRH], hdr[UDP_HDR_MAX], trailer[3 + UDP_ICRC] = { 0 };
+	union {
+		char buf[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+		struct cmsghdr align;
+	} ctl = { 0 };
 	struct iovec out[SV_IOV_MAX + 3];
 	struct sockaddr_storage ss;
 	struct udp_pkt pkt;
@@ -392,13 +454,14 @@ static int udp_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec
 	if (!uq || h->op != SV_OP_SEND || !(h->flags & SV_F_GRH) || h->len < SV_UD_GRH ||
 	    h->len - SV_UD_GRH > UDP_PAYLOAD_MAX || n_iov > SV_IOV_MAX)
 		return 0; /* nothing else is asked of a far wire (sv_req.c) */
-	/* The GRH: its destination GID (struct ibv_grh: dgid at 24). */
+	/* The GRH: its source and destination GIDs (struct ibv_grh: at 8 and 24). */
 	for (int i = 0; i < n_iov && got < SV_UD_GRH; i++) {
-		for (size_t k = 0; k < iov[i].iov_len && got < SV_UD_GRH; k++, got++)
-			if (got >= 24)
-				gid[got - 24] = ((const uint8_t *)iov[i].iov_base)[k];
+		size_t k = iov[i].iov_len < SV_UD_GRH - got ? iov[i].iov_len : SV_UD_GRH - got;
+
+		memcpy(grh + got, iov[i].iov_base, k);
+		got += k;
 	}
-	if (got < SV_UD_GRH || !dest_addr(uq->b, gid, h->dest_qpn, &ss, &ss_len))
+	if (got < SV_UD_GRH || !dest_addr(uq->b, grh + 24, h->dest_qpn, &ss, &ss_len))
 		return 0;
 	pkt = (struct udp_pkt){
 		.opcode = (h->flags & SV_F_IMM) ? UDP_OP_SEND_ONLY_IMM : UDP_OP_SEND_ONLY,
@@ -431,6 +494,7 @@ static int udp_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec
 	msg.msg_namelen = ss_len;
 	msg.msg_iov = out;
 	msg.msg_iovlen = (size_t)n;
+	from_addr(uq->b, grh + 8, grh + 24, &msg, ctl.buf, sizeof(ctl.buf));
 	if (sendmsg(uq->b->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
 		return 0;
 	if (errno == EAGAIN || errno == ENOBUFS)
