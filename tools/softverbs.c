@@ -48,7 +48,12 @@ static const char usage[] =
 	"                     copied by the requester alone: this process neither asks\n"
 	"                     its peers' progress threads to help nor helps (default 1)\n"
 	"  SOFTVERBS_LOOPBACK 0: an rdma_cm id bound to a loopback address is tied to no\n"
-	"                     device (libfabric's verbs provider between hosts)\n";
+	"                     device (libfabric's verbs provider between hosts)\n"
+	"  SOFTVERBS_UDP      0: UD datagrams never leave the host (no UDP socket); all:\n"
+	"                     this host's UD QPs are reached over UDP too (default: other\n"
+	"                     hosts' only)\n"
+	"  SOFTVERBS_UD_PORT  UD datagrams go to UDP port this + QPN / 256 (default 16384;\n"
+	"                     the same on every host)\n";
 
 static int has_lib(const char *dir)
 {

@@ -453,6 +453,8 @@ static void drain(int fd)
 		;
 }
 
+static int poll_qp(struct sv_qp *qp);
+
 static void disconnect(struct sv_qp *qp)
 {
 	struct iw_qp *iq = iw_of(qp);
@@ -468,6 +470,13 @@ static void disconnect(struct sv_qp *qp)
 	if ((atomic_load(&iq->link) == IW_LINK_UP || atomic_load(&iq->link) == IW_LINK_DIALING) &&
 	    !iq->adopted) {
 		struct iw_term bye = { IW_TERM_LLP, IW_ETYPE_MPA, IW_ECODE_MPA_CLOSED };
+
+		/* What the peer asked and we have read answered first: the placement probe
+		 * behind its last Send (a NIC acknowledges a message before its receive
+		 * completes, so the peer's Send succeeds even when we leave at once; here
+		 * it would fail with RETRY_EXC_ERR: ibv_rc_pingpong's server, 1 MiB). */
+		if (atomic_load(&iq->link) == IW_LINK_UP)
+			(void)poll_qp(qp);
 
 		sv_spin_lock(&qp->sq.lock);
 		iw_tx_terminate(iq, &bye, NULL, 0);
