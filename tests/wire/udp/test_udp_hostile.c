@@ -341,11 +341,12 @@ static void test_wrong_keys_are_dropped_and_counted(void **state)
 static void test_datagram_larger_than_the_receive(void **state)
 {
 	uint8_t payload[1000];
-	struct dg d = good(payload, sizeof(payload));
+	struct dg d;
 	struct ibv_wc wc;
 
 	(void)state;
 	memset(payload, 0x5a, sizeof(payload));
+	d = good(payload, sizeof(payload));
 	post_recv(20, 100);
 	send_dg(&d);
 	wc = wait_wc();
