@@ -4,7 +4,7 @@
 # joined by a veth pair (tests/apps/netns.sh: A 10.77.0.1, B 10.77.0.2), the server of
 # every pair in A pinned to one CPU, the client in B pinned to the other.
 #
-# Baselines: sockperf TCP ping-pong latency, one iperf3 TCP stream, libfabric's tcp
+# Baselines: sockperf TCP and UDP ping-pong latency, one iperf3 TCP stream, libfabric's tcp
 # provider (fi_pingpong; fi_rma_bw when installed) and UCX's tcp transport
 # (ucx_perftest). softverbs: perftest under `softverbs run` with SOFTVERBS_WIRE=iwarp;
 # a run that fails is reported "n/a (failed)" and the script goes on.
@@ -22,12 +22,15 @@ usage: bench/iwarp_netns.sh [--rounds N] [--seconds S] [--quiet-wait S] [--basel
 Across a veth pair between two network namespaces (server in A on CPU 0, client
 in B on CPU 1, each under taskset and timeout), N rounds (default 3) of:
   sockperf ping-pong --tcp --nonblocked -m 14     one-way latency (p50), µs
+  sockperf ping-pong -m 14 (UDP)                   one-way latency (p50), µs
   iperf3 -c, one TCP stream                        Gb/s
   fi_pingpong -p tcp -e msg, 2 B and 1 MiB         one-way latency, µs; MB/s
   fi_rma_bw -p tcp (when installed)                Gb/s
   ucx_perftest, UCX_TLS=tcp: tag_lat 8 B, ucp_put_bw 1 MiB and 8 B, ucp_get 1 MiB
   softverbs (SOFTVERBS_WIRE=iwarp): ib_send_lat -s 2, ib_write_bw -s 1048576,
-  ib_read_bw -s 1048576, ib_write_bw -s 8 -t 128 -l 32 -N (message rate)
+  ib_read_bw -s 1048576, ib_write_bw -s 8 -t 128 -l 32 -N (message rate),
+  ib_send_lat -c UD -s 2 (the UDP wire); ucx_perftest tag_lat 8 B with
+  UCX_TLS=rc_verbs,ud_verbs:aux on softverbs0:1
 Each figure is the median of its rounds; the table gives softverbs / baseline. Each
 line shows, as "others", how many tasks other work had runnable just before its run
 began (the machine may be shared).
@@ -224,6 +227,16 @@ sockperf_lat() {
 	record $key "sockperf TCP ping-pong 14 B, one way (p50)" µs "$v"
 }
 
+# UDP: the baseline of UD datagrams between hosts (softverbs' UDP wire). The server's
+# socket is UDP: wait for it in ss's UDP table.
+sockperf_udp_lat() {
+	local key=sockperf_udp_lat v=
+	NS_SS_PROTO=u run $key 11112 stop "${PIN_S[@]}" sockperf server -i 10.77.0.1 -p 11112 :: \
+		"${PIN_C[@]}" sockperf ping-pong -m 14 -i 10.77.0.1 -p 11112 -t "$seconds" &&
+		v=$(num "$(sed -n 's/.*percentile 50\.000 = *\([0-9.]*\).*/\1/p' "$tmp/$key.cli")")
+	record $key "sockperf UDP ping-pong 14 B, one way (p50)" µs "$v"
+}
+
 iperf3_bw() {
 	local key=iperf3_bw v=
 	run $key 5201 - "${PIN_S[@]}" iperf3 -s -1 -B 10.77.0.1 -p 5201 :: \
@@ -265,6 +278,18 @@ ucx() {
 }
 
 # --- softverbs: perftest over the iWARP wire ------------------------------------
+
+# sv_ucx KEY TEST SIZE ITERS FIELD SCALE LABEL UNIT: ucx_perftest on softverbs (rc_verbs
+# over the iWARP wire, wired up over ud_verbs on the UDP wire), as ucx() reads it.
+sv_ucx() {
+	local key=$1 test=$2 size=$3 iters=$4 field=$5 scale=$6 label=$7 unit=$8 v=
+	local env=(env UCX_TLS=rc_verbs,ud_verbs:aux UCX_NET_DEVICES=softverbs0:1)
+	run "$key" 13338 - "${env[@]}" "${PIN_S[@]}" "$SV" run -- ucx_perftest -p 13338 :: \
+		"${env[@]}" "${PIN_C[@]}" "$SV" run -- ucx_perftest 10.77.0.1 -p 13338 \
+		-t "$test" -s "$size" -n "$iters" &&
+		v=$(num "$(awk -v f="$field" -v k="$scale" '$1 == "Final:" { printf "%.4g\n", $f * k }' "$tmp/$key.cli")")
+	record "$key" "$label" "$unit" "$v"
+}
 
 GA=
 GB=
@@ -317,6 +342,7 @@ for ((r = 1; r <= rounds; r++)); do
 	quiet
 	echo "== round $r of $rounds (1-minute load $(load), other work's runnable tasks $(others))"
 	sockperf_lat
+	sockperf_udp_lat
 	iperf3_bw
 	fi_pp fi_lat 2 100000 7 "fi_pingpong tcp 2 B, one way (mean)" µs
 	fi_pp fi_1m 1048576 1000 6 "fi_pingpong tcp 1 MiB (ping-pong)" MB/s
@@ -334,6 +360,9 @@ for ((r = 1; r <= rounds; r++)); do
 			ib_read_bw -s 1048576 -n "$pt_bw_iters" --report_gbits
 		sv sv_rate "softverbs ib_write_bw -s 8 -t 128 -l 32 -N, rate" M/s 'MsgRate[Mpps]' 1 8 \
 			ib_write_bw -s 8 -t 128 -l 32 -n "$pt_rate_iters" -N --report_gbits
+		sv sv_ud_lat "softverbs ib_send_lat -c UD -s 2 (t_typical)" µs 't_typical[usec]' 1 2 \
+			ib_send_lat -c UD -s 2 -n "$pt_lat_iters"
+		sv_ucx sv_ucx_lat tag_lat 8 100000 3 1 "ucx_perftest softverbs rc tag_lat 8 B (p50)" µs
 	fi
 	echo
 done
@@ -397,8 +426,10 @@ if [ $with_sv -eq 1 ]; then
 	ratio sv_read iperf3_bw ">= 0.9"
 	ratio sv_read ucx_get_bw "> 1"
 	ratio sv_rate ucx_put_mr "> 1"
+	ratio sv_ud_lat sockperf_udp_lat "<= 1.2"
+	ratio sv_ucx_lat ucx_tag_lat "< 1"
 	echo
-	for key in sv_lat sv_write sv_read sv_rate; do
+	for key in sv_lat sv_write sv_read sv_rate sv_ud_lat sv_ucx_lat; do
 		[ -n "${fig_fail[$key]:-}" ] && echo "$key failed: ${fig_fail[$key]}"
 	done
 fi

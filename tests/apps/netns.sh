@@ -207,7 +207,7 @@ ns_wait_listen() {
   local ns=$1 port=$2 addr=${3:-} pid=${4:-} secs=${5:-10}
   local deadline=$((SECONDS + secs))
   while :; do
-    ip netns exec "$ns" ss -ltnH 2>/dev/null | awk -v p=":$port" -v a="$addr" '
+    ip netns exec "$ns" ss -l"${NS_SS_PROTO:-t}"nH 2>/dev/null | awk -v p=":$port" -v a="$addr" '
       { l = $4 }
       a != "" && l == a p { f = 1 }
       a == "" && substr(l, length(l) - length(p) + 1) == p { f = 1 }
