@@ -339,9 +339,9 @@ enum pass { PASS_WORK, PASS_WORK_UNPOLLED, PASS_ARM, PASS_ARM_UNPOLLED, PASS_DIS
 
 /*
  * Whether a poller moved @qp since the look before @look, and can be left to do so: not
- * if the QP has lately placed one-sided operations of its peer (a WRITE through the
- * wire, a READ or an atomic answered here), which the application does not wait for —
- * it may be spinning on the very memory they write. A relaxed read is enough: a stale
+ * if the QP has lately placed one-sided operations of its peer that change memory here
+ * (a WRITE through the wire, an atomic), which the application does not wait for — it
+ * may be spinning on the very memory they write. A relaxed read is enough: a stale
  * one arms a QP needlessly, or leaves it for the next look, 1 ms on.
  */
 static bool polled_since(struct sv_qp *qp, uint32_t look)
