@@ -242,6 +242,16 @@ for np in "${np_list[@]}"; do
 		start=$(date +%s.%N)
 		timeout -k 5 "$T" "${cmd[@]}" >"$base.log" 2>&1
 		rc=$?
+		# Across the namespaces Open MPI's launch (orted through the agent, its way
+		# back to mpirun) sometimes hangs before any rank starts, btl tcp's too: the
+		# timeout with nothing from a rank. Launched once more, and said so.
+		if [ -n "$netns" ] && [ $rc -eq 124 ] && [ ! -s "$base.tsv" ] &&
+		   ! grep -q 'UCX  INFO\|mtl:ofi\|mpi_bench' "$base.log"; then
+			echo "again  $t np $np: the launch reached no rank in $T s"
+			echo "# the first launch reached no rank in $T s: launched again" >>"$base.cmd"
+			timeout -k 5 "$T" "${cmd[@]}" >"$base.log" 2>&1
+			rc=$?
+		fi
 		secs=$(python3 -c "import time; print('%.1f' % (time.time() - $start))")
 		if [ $rc -eq 0 ] && [ -s "$base.tsv" ] && [ -n "$proof" ] && ! grep -qF "$proof" "$base.log"; then
 			failed=$((failed + 1))
