@@ -22,7 +22,7 @@ usage: bench/iwarp_netns.sh [--rounds N] [--seconds S] [--quiet-wait S] [--basel
 Across a veth pair between two network namespaces (server in A on CPU 0, client
 in B on CPU 1, each under taskset and timeout), N rounds (default 3) of:
   sockperf ping-pong --tcp --nonblocked -m 14     one-way latency (p50), µs
-  sockperf ping-pong -m 14 (UDP)                   one-way latency (p50), µs
+  sockperf ping-pong --nonblocked -m 14 (UDP)      one-way latency (p50), µs
   iperf3 -c, one TCP stream                        Gb/s
   fi_pingpong -p tcp -e msg, 2 B and 1 MiB         one-way latency, µs; MB/s
   fi_rma_bw -p tcp (when installed)                Gb/s
@@ -231,8 +231,8 @@ sockperf_lat() {
 # socket is UDP: wait for it in ss's UDP table.
 sockperf_udp_lat() {
 	local key=sockperf_udp_lat v=
-	NS_SS_PROTO=u run $key 11112 stop "${PIN_S[@]}" sockperf server -i 10.77.0.1 -p 11112 :: \
-		"${PIN_C[@]}" sockperf ping-pong -m 14 -i 10.77.0.1 -p 11112 -t "$seconds" &&
+	NS_SS_PROTO=u run $key 11112 stop "${PIN_S[@]}" sockperf server --nonblocked -i 10.77.0.1 -p 11112 :: \
+		"${PIN_C[@]}" sockperf ping-pong --nonblocked -m 14 -i 10.77.0.1 -p 11112 -t "$seconds" &&
 		v=$(num "$(sed -n 's/.*percentile 50\.000 = *\([0-9.]*\).*/\1/p' "$tmp/$key.cli")")
 	record $key "sockperf UDP ping-pong 14 B, one way (p50)" µs "$v"
 }
