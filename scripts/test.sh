@@ -30,9 +30,10 @@ cmake --build build-tsan -j"$(nproc)"
 # Two at a time: 107 s instead of 212 on an idle machine.
 # The data tests and the rdma_cm tests run again over iWARP (*_iwarp), and the hostile
 # peer against an iWARP QP (verbs_test_iw_hostile): the wire's transmit and receive
-# threads, its port and its hand-over under TSan.
+# threads, its port and its hand-over under TSan. The UD tests over UDP (*_udp) and the
+# hostile sender (verbs_test_udp_hostile) put the UDP wire's shared block socket there.
 (cd build-tsan && TSAN_OPTIONS="die_after_fork=0 halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
-  ctest --output-on-failure -j2 -R '^(verbs_test_data_|verbs_test_claims|verbs_test_iw_hostile$|rdmacm_|unit_test_(assist|shm_fifo|iw_conn)|core_test_core_wire$)' \
+  ctest --output-on-failure -j2 -R '^(verbs_test_data_|verbs_test_claims|verbs_test_(iw|udp)_hostile$|rdmacm_|unit_test_(assist|shm_fifo|iw_conn)|core_test_core_wire$)' \
   -E '_silent_peer|_other_user')
 
 echo "== clang build"
