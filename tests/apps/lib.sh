@@ -113,6 +113,29 @@ rows() {
   echo "    $(basename "$file"): result rows ${got//$'\n'/ }, expected $* x $iters"
   return 1
 }
+# final FILE ITERS: (ucx_perftest) the "Final:" row has ITERS iterations, a latency and a bandwidth above 0
+# (columns: iterations, latency 50%ile, average, overall, bandwidth average, overall,
+# message rate average, overall). Prints it.
+final() {
+  local row
+  row=$(grep '^Final:' "$1")
+  echo "    $row"
+  awk -v n="$2" '$1 == "Final:" && $2 == n && $4 > 0 && $6 > 0 && $8 > 0 { ok = 1 }
+                 END { exit !ok }' <<<"$row" || { echo "    no sane Final: row"; return 1; }
+}
+
+# lanes FILE LANE: UCX reported its endpoint configurations (at least one) and every lane
+# of every one is LANE (e.g. rc_verbs/softverbs0:1).
+lanes() {
+  local got
+  count_lines "$1" "ep_cfg\[[0-9]+\]:" 0 >/dev/null && { echo "    $(basename "$1"): no ep_cfg line"; return 1; }
+  got=$(grep -E 'ep_cfg\[[0-9]+\]:' "$1" | sed 's/.*ep_cfg\[[0-9]*\]://' |
+        grep -oE '[a-z_0-9]+/[A-Za-z_0-9:.]+' | sort -u | tr '\n' ' ')
+  [ "$got" = "$2 " ] && return 0
+  echo "    $(basename "$1"): lanes $got, expected $2 only"
+  return 1
+}
+
 # ucx_lanes FILE: every lane of every ep_cfg UCX reported is self/memory0 or
 # rc_verbs/softverbs0:1, and each of the 4 ranks (by pid) has an endpoint configuration
 # of rc_verbs/softverbs0:1 lanes alone (its lanes to the other ranks).

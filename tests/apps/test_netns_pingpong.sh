@@ -29,6 +29,11 @@ PERFTEST=(ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw
           ib_atomic_lat ib_atomic_bw)
 for t in "${PERFTEST[@]}"; do CASES+=("$t" "${t}_R"); done
 CASES+=(ib_send_lat_UD ib_send_bw_UD) # UD datagrams: the UDP wire
+# UCX's ucx_perftest on softverbs0:1: rc_verbs (iWARP) wired up over ud_verbs (UDP), and
+# ud_verbs alone.
+# (Not ucp_put_bw: ucx_perftest changes its buffer while its WRITEs are out, and with
+# CRC32c on the peer then finds a bad CRC: docs/conformance.md, "between hosts".)
+CASES+=(ucx_rc_tag_lat ucx_rc_tag_bw ucx_ud_tag_lat ucx_ud_tag_bw)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${CASES[@]}"
   exit 0
@@ -47,6 +52,7 @@ need ucmatose
 need rdma_server
 need cmtime
 need ib_send_lat
+need ucx_perftest
 # No SOFTVERBS_WIRE: a QP whose peer is on the other host moves to iWARP by itself.
 # Both ends are softverbs: rdma_cm may take RFC 7306 (atomics) too.
 export SOFTVERBS_CM_RFC7306=1
@@ -220,6 +226,31 @@ case_cmtime() {
   check "cmtime: the server printed nothing (it prints only failures)" \
     test ! -s "$TMP/cmtime.srv" -a ! -s "$TMP/cmtime.srv.err"
 }
+
+# ucx NAME LANE ITERS TLS ARGS...: a ucx_perftest pair across the namespaces, UCX_TLS=TLS
+# on softverbs0:1 only (UCX_LOG_LEVEL=info prints the lanes); both exit 0, a sane Final:
+# row of ITERS iterations, every lane of both sides LANE, and one packet per iteration
+# at least across the veth pair.
+ucx() {
+  local name=$1 lane=$2 iters=$3 tls=$4 p=13377 side
+  shift 4
+  xpair "$name" $p "" - env UCX_TLS="$tls" UCX_NET_DEVICES=softverbs0:1 UCX_LOG_LEVEL=info \
+    ucx_perftest -p $p -- env UCX_TLS="$tls" UCX_NET_DEVICES=softverbs0:1 UCX_LOG_LEVEL=info \
+    ucx_perftest 10.77.0.1 -p $p -n "$iters" "$@"
+  statuses "$name"
+  check "$name: Final: row of $iters iterations" final "$TMP/$name.cli" "$iters"
+  for side in cli srv; do
+    cat "$TMP/$name.$side.err" >>"$TMP/$name.$side"
+    check "$name ($side): lanes $lane only" lanes "$TMP/$name.$side" "$lane"
+  done
+  crossed "$name" packets "$iters"
+}
+case_ucx_rc_tag_lat() { ucx ucx_rc_tag_lat rc_verbs/softverbs0:1 10000 rc_verbs,ud_verbs:aux -t tag_lat; }
+case_ucx_rc_tag_bw() {
+  ucx ucx_rc_tag_bw rc_verbs/softverbs0:1 500 rc_verbs,ud_verbs:aux -t tag_bw -s 1048576
+}
+case_ucx_ud_tag_lat() { ucx ucx_ud_tag_lat ud_verbs/softverbs0:1 10000 ud_verbs -t tag_lat; }
+case_ucx_ud_tag_bw() { ucx ucx_ud_tag_bw ud_verbs/softverbs0:1 200 ud_verbs -t tag_bw -s 1048576; }
 
 # The walk-through example (examples/walkthrough.c): WRITE, 16 WRITEs, READ back, SEND,
 # each checked byte by byte by the program itself.

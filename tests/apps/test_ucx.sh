@@ -32,29 +32,6 @@ check "ucx_info -d: memory domain softverbs0 with rc_verbs and ud_verbs on softv
   transcript "$TMP/info.tl" "rc_verbs softverbs0:1" "ud_verbs softverbs0:1"
 check "ucx_info -d: connection manager rdmacm" contains "$TMP/info" "^# Connection manager: rdmacm"
 
-# final FILE ITERS: the "Final:" row has ITERS iterations, a latency and a bandwidth above 0
-# (columns: iterations, latency 50%ile, average, overall, bandwidth average, overall,
-# message rate average, overall). Prints it.
-final() {
-  local row
-  row=$(grep '^Final:' "$1")
-  echo "    $row"
-  awk -v n="$2" '$1 == "Final:" && $2 == n && $4 > 0 && $6 > 0 && $8 > 0 { ok = 1 }
-                 END { exit !ok }' <<<"$row" || { echo "    no sane Final: row"; return 1; }
-}
-
-# lanes FILE LANE: UCX reported its endpoint configurations (at least one) and every lane
-# of every one is LANE (e.g. rc_verbs/softverbs0:1).
-lanes() {
-  local got
-  count_lines "$1" "ep_cfg\[[0-9]+\]:" 0 >/dev/null && { echo "    $(basename "$1"): no ep_cfg line"; return 1; }
-  got=$(grep -E 'ep_cfg\[[0-9]+\]:' "$1" | sed 's/.*ep_cfg\[[0-9]*\]://' |
-        grep -oE '[a-z_0-9]+/[A-Za-z_0-9:.]+' | sort -u | tr '\n' ' ')
-  [ "$got" = "$2 " ] && return 0
-  echo "    $(basename "$1"): lanes $got, expected $2 only"
-  return 1
-}
-
 # perf NAME ITERS ARGS...: a ucx_perftest pair (the server takes the test from the client)
 # on a port of its own, both exit 0, sane Final: row.
 perf() {
