@@ -616,6 +616,49 @@ static void test_unsignaled_then_signaled(void **state)
 	tp_pair_stop(x);
 }
 
+/*
+ * An application that changes a buffer while RDMA WRITEs from it are out (UCX's
+ * ucp_put_bw does): the target gets old or new bytes, as from a NIC, and the connection
+ * lives on. Over iWARP with CRC32c the CRC must cover the bytes that go: made at queue
+ * time over the application's buffer, read again when TCP took them, the peer found a
+ * bad CRC and ended the connection. Rounds of WRITEs of 64 KiB from one buffer, the
+ * buffer rewritten after each post, then a SEND; afterwards a WRITE of known bytes lands
+ * whole.
+ */
+static void test_buffer_changed_under_writes(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+	const uint32_t len = 65536;
+	struct ibv_wc wc;
+	struct tp_wr w;
+
+	for (uint32_t round = 0; round < 24; round++) {
+		for (uint32_t i = 0; i < 24; i++) {
+			w = tp_wr1(1000 + i, IBV_WR_RDMA_WRITE, 0, len);
+			w.send_flags = 0;
+			w.remote_addr = x->pi.addr + (i % 8) * len;
+			w.rkey = x->pi.rkey;
+			assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+			memset(x->ep.buf, (int)(round * 24 + i), len); /* while it is out */
+		}
+		assert_int_equal(tp_post_recv(&x->peer, x->pq, round,
+					      &(struct tp_sge){ 0x100000, 64 }, 1),
+				 0);
+		w = tp_wr1(round, IBV_WR_SEND, 0x100000, 64);
+		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+		tp_expect_wc(x->ep.scq, round, IBV_WC_SUCCESS, W, &wc);
+		tp_expect_peer_wc(&x->peer, false, round, IBV_WC_SUCCESS, &wc);
+	}
+	w = tp_wr1(7, IBV_WR_RDMA_WRITE, 0x200000, len);
+	w.remote_addr = x->pi.addr + 0x200000;
+	w.rkey = x->pi.rkey;
+	tp_fill(x->ep.buf + 0x200000, len, 77, 0);
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 7, IBV_WC_SUCCESS, W, &wc);
+	tp_check_peer(&x->peer, 0x200000, len, 77, 0, "a WRITE after the changed buffers");
+	tp_pair_stop(x);
+}
+
 /* sq_sig_all: every WR completes, whatever its flags say. */
 static void test_sq_sig_all(void **state)
 {
@@ -1334,6 +1377,7 @@ int main(int argc, char **argv)
 		T(test_chain_stops_at_bad_wr),
 		T(test_chain_of_every_operation_completes_in_order),
 		T(test_unsignaled_then_signaled),
+		T(test_buffer_changed_under_writes),
 		T(test_sq_sig_all),
 		T(test_atomic_values),
 		T(test_peer_of_another_user),

@@ -254,6 +254,7 @@ static void teardown(struct sv_qp *qp, bool keep_qpn)
 		close(fd);
 	pthread_spin_destroy(&iq->txq_lock);
 	free(iq->dial_want);
+	free(iq->tx_stage);
 	free(iq);
 }
 

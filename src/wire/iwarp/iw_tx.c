@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -54,6 +55,7 @@ void iw_tx_reset(struct iw_qp *iq)
 	atomic_store(&iq->confirmed, 0);
 	atomic_store(&iq->probing, false);
 	atomic_store(&iq->sent_head, 0);
+	iq->tx_stage_head = iq->tx_stage_tail = 0;
 }
 
 bool iw_tx_pending(const struct iw_qp *iq)
@@ -62,13 +64,25 @@ bool iw_tx_pending(const struct iw_qp *iq)
 	       atomic_load_explicit(&iq->tx_tail, memory_order_acquire);
 }
 
-/* Pad and CRC of an FPDU whose header and payload are given (RFC 5044 §4.1, §6). */
+/*
+ * Pad and CRC of an FPDU whose header and payload are given (RFC 5044 §4.1, §6). With
+ * CRC on, an FPDU with a payload is left UNSEALED: the payload lies in the application's
+ * memory, which the application may change before TCP takes it (UCX's ucp_put_bw does,
+ * with its WRITEs out), and a CRC made now over bytes read again later made the peer
+ * find a bad CRC and end the connection. The writer copies such a payload and makes the
+ * CRC over the copy (stage).
+ */
 static void seal(struct iw_qp *iq, struct iw_txd *d, const struct iovec *iov, int n_iov,
 		 uint32_t len)
 {
 	uint32_t ulpdu = d->head_len - IW_MPA_LEN_BYTES + len, pad = iw_pad(ulpdu), crc = 0;
 
 	memset(d->tail, 0, pad);
+	d->tail_len = (uint8_t)(pad + IW_CRC_BYTES);
+	if (iq->crc && len) {
+		d->flags |= IW_TXD_UNSEALED;
+		return;
+	}
 	if (iq->crc) {
 		crc = iw_crc_update(iw_crc_init(), d->head, d->head_len);
 		for (int i = 0; i < n_iov; i++)
@@ -77,7 +91,6 @@ static void seal(struct iw_qp *iq, struct iw_txd *d, const struct iovec *iov, in
 	}
 	/* RFC 5044 §4.1: the CRC field, 0 when CRC is off. */
 	iw_crc_put(d->tail + pad, crc);
-	d->tail_len = (uint8_t)(pad + IW_CRC_BYTES);
 }
 
 /*
@@ -130,6 +143,7 @@ static int put_pub(struct iw_qp *iq, struct iw_hdr *ih, const struct iovec *iov,
 	}
 	d->iov_first = ihead;
 	d->n_iov = (uint32_t)n;
+	d->n_slots = (uint32_t)n;
 	d->ack_msn = ack_msn;
 	d->flags = flags;
 	seal(iq, d, iov, n_iov, len);
@@ -169,6 +183,7 @@ void iw_tx_terminate(struct iw_qp *iq, const struct iw_term *t, const void *bad,
 	d->head_len = (uint16_t)len;
 	d->iov_first = atomic_load_explicit(&iq->iov_head, memory_order_relaxed);
 	d->n_iov = 0;
+	d->n_slots = 0;
 	d->ack_msn = 0;
 	d->flags = IW_TXD_TERM;
 	seal(iq, d, NULL, 0, 0);
@@ -583,6 +598,48 @@ void iw_tx_probe(struct iw_qp *iq)
 
 enum { FLUSH_IOVS = 256 };
 
+/*
+ * The writer (tx_io), before a batch: each UNSEALED FPDU from @tail on gets its payload
+ * copied to the transmit stage and its CRC made over the copy, which is then what goes
+ * (the bytes the CRC covers are the bytes sent). Stops at the first that does not fit
+ * (the stage holds what the socket has not taken yet); the batch goes up to it.
+ */
+static void stage(struct iw_qp *iq, uint32_t tail, uint32_t head)
+{
+	for (uint32_t i = tail; i != head; i++) {
+		struct iw_txd *d = &iq->txq[i % IW_TXQ];
+		uint32_t pad = d->tail_len - IW_CRC_BYTES, len = 0, crc;
+		uint64_t off, skip;
+		uint8_t *dst;
+
+		if (!(d->flags & IW_TXD_UNSEALED))
+			continue;
+		for (uint32_t j = 0; j < d->n_iov; j++)
+			len += (uint32_t)iq->iovs[(d->iov_first + j) % IW_TX_IOVS].iov_len;
+		if (!iq->tx_stage && !(iq->tx_stage = malloc(IW_TX_STAGE)))
+			return; /* sent when memory comes (flush again later) */
+		off = iq->tx_stage_head % IW_TX_STAGE;
+		skip = off + len > IW_TX_STAGE ? IW_TX_STAGE - off : 0; /* contiguous */
+		if (iq->tx_stage_head + skip + len - iq->tx_stage_tail > IW_TX_STAGE)
+			return;
+		dst = iq->tx_stage + (skip ? 0 : off);
+		crc = iw_crc_update(iw_crc_init(), d->head, d->head_len);
+		for (uint32_t j = 0, at = 0; j < d->n_iov; j++) {
+			const struct iovec *v = &iq->iovs[(d->iov_first + j) % IW_TX_IOVS];
+
+			sv_copy_from_app(dst + at, v->iov_base, v->iov_len);
+			at += (uint32_t)v->iov_len;
+		}
+		crc = iw_crc_update(crc, dst, len);
+		iw_crc_put(d->tail + pad, iw_crc_final(iw_crc_update(crc, d->tail, pad)));
+		iq->iovs[d->iov_first % IW_TX_IOVS] = (struct iovec){ dst, len };
+		d->n_iov = 1;
+		iq->tx_stage_head += skip + len;
+		d->stage_end = iq->tx_stage_head;
+		d->flags = (uint8_t)((d->flags & ~IW_TXD_UNSEALED) | IW_TXD_STAGED);
+	}
+}
+
 /* The next batch as iovecs, skipping what was written of the first. */
 static int gather(struct iw_qp *iq, uint32_t tail, uint32_t head, struct iovec *v, size_t *bytes)
 {
@@ -595,8 +652,8 @@ static int gather(struct iw_qp *iq, uint32_t tail, uint32_t head, struct iovec *
 		struct iovec piece[3 + 64];
 		int k = 0;
 
-		if (d->n_iov > 64 && n)
-			break;
+		if ((d->n_iov > 64 && n) || (d->flags & IW_TXD_UNSEALED))
+			break; /* (the stage is full: it goes once the socket took more) */
 		/* A response handed to TCP frees its IRD slot now: the peer may read it and ask
 		 * again before this sendmsg returns (RFC 6581's IRD counts what we still owe). */
 		if (d->flags & IW_TXD_READ_DONE) {
@@ -648,7 +705,9 @@ static void advance(struct iw_qp *iq, size_t n)
 			atomic_store_explicit(&iq->tx_acked, d->ack_msn, memory_order_release);
 		if (d->flags & IW_TXD_READ_DONE)
 			atomic_fetch_sub(&iq->ird_unsent, 1);
-		atomic_store_explicit(&iq->iov_tail, d->iov_first + d->n_iov, memory_order_release);
+		if (d->flags & IW_TXD_STAGED) /* (the stage is the writer's, as this is) */
+			iq->tx_stage_tail = d->stage_end;
+		atomic_store_explicit(&iq->iov_tail, d->iov_first + d->n_slots, memory_order_release);
 		tail++;
 		atomic_store_explicit(&iq->tx_tail, tail, memory_order_release);
 		if (tail == atomic_load_explicit(&iq->tx_head, memory_order_acquire))
@@ -686,7 +745,13 @@ int iw_tx_flush(struct iw_qp *iq)
 				return total;
 			continue;
 		}
+		stage(iq, tail, head);
 		msg.msg_iovlen = (size_t)gather(iq, tail, head, v, &bytes);
+		if (!msg.msg_iovlen) { /* the first is not staged yet: no memory for it */
+			atomic_flag_clear_explicit(&iq->tx_io, memory_order_release);
+			atomic_store(&iq->tx_wants_out, true);
+			return total;
+		}
 		n = sv_app_sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n < 0) {
 			int err = errno;

@@ -45,6 +45,7 @@ enum {
 				     * cannot hold it (iw_rx.c, all_in) */
 	IW_RDQ = 256,       /* Read Requests and atomics outstanding, each way */
 	IW_FPDU_PAYLOAD = 65472, /* the largest payload of one FPDU between softverbs hosts */
+	IW_TX_STAGE = 512 * 1024, /* CRC on: the payloads being written, copied (iw_tx.c) */
 	IW_TERM_MAX = IW_TERM_HDRS_MAX, /* a Terminate's payload: the offending FPDU's start */
 };
 
@@ -70,9 +71,14 @@ struct iw_txd {
 	uint8_t flags;       /* IW_TXD_* */
 	uint32_t iov_first;  /* its payload: iovs[iov_first .. + n_iov) of the ring */
 	uint32_t n_iov;
+	uint32_t n_slots;    /* ring slots it holds from iov_first (n_iov once staged: 1) */
 	uint32_t ack_msn;    /* a request: complete (locally acknowledged) once written */
+	uint64_t stage_end;  /* IW_TXD_STAGED: tx_stage_head after its copy */
 };
-enum { IW_TXD_REQ = 1, IW_TXD_READ_DONE = 2, IW_TXD_TERM = 4 };
+/* UNSEALED: CRC on, its CRC not made yet (the writer copies the payload to the transmit
+ * stage and makes it over the copy: iw_tx.c, stage); STAGED: its payload is that copy. */
+enum { IW_TXD_REQ = 1, IW_TXD_READ_DONE = 2, IW_TXD_TERM = 4, IW_TXD_UNSEALED = 8,
+       IW_TXD_STAGED = 16 };
 
 /* A Read Request (or atomic) outstanding: the requester's, or the responder's (IRD). */
 struct iw_rd {
@@ -151,6 +157,11 @@ struct iw_qp {
 	uint32_t local_nak_status;    /* ... fails with this status (delivered by the poll) */
 	struct iw_txd txq[IW_TXQ];
 	struct iovec iovs[IW_TX_IOVS];
+	/* CRC on: the transmit stage (IW_TX_STAGE bytes, allocated at first use), a ring
+	 * of the payloads of FPDUs queued and not yet written, byte counts; the writer's
+	 * (tx_io) */
+	uint8_t *tx_stage;
+	uint64_t tx_stage_head, tx_stage_tail;
 	/* the requester's outstanding Reads and atomics: produced under sq.lock, consumed
 	 * under rx_busy (one each) */
 	_Atomic uint32_t rd_head, rd_tail, at_head, at_tail;
