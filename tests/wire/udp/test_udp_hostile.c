@@ -5,8 +5,9 @@
  * malformed one (short, long, bad CRC, bad padding, another opcode or version, a QPN
  * nobody has) is dropped without consuming a receive; a wrong Q_Key or P_Key is dropped
  * and counted on the port; a datagram larger than the receive completes it with
- * IBV_WC_LOC_LEN_ERR; and 20000 random and mutated datagrams leave the canaries around
- * the registered buffer untouched and the QP working.
+ * IBV_WC_LOC_LEN_ERR; 20000 random and mutated datagrams leave the canaries around
+ * the registered buffer untouched and the QP working; and a second QP of the same block
+ * (one socket) gets its datagrams in order when another QP's poll read them.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -440,6 +441,94 @@ static void test_random_and_mutated_datagrams(void **state)
 	expect_dropped(NULL, 0, "(after the storm)");
 }
 
+/* A second UD QP of the same block (the same process, created next: the next QPN), on
+ * a CQ of its own. */
+struct second {
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+};
+
+static struct second second_open(void)
+{
+	struct second b;
+	struct ibv_qp_init_attr ia = { 0 };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY };
+
+	b.cq = ibv_create_cq(E.ctx, 256, NULL, NULL, 0);
+	assert_non_null(b.cq);
+	ia.send_cq = ia.recv_cq = b.cq;
+	ia.qp_type = IBV_QPT_UD;
+	ia.cap.max_send_wr = ia.cap.max_recv_wr = 128;
+	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+	b.qp = ibv_create_qp(E.pd, &ia);
+	assert_non_null(b.qp);
+	assert_int_equal(b.qp->qp_num >> 8, E.qp->qp_num >> 8); /* the same block: one port */
+	assert_int_equal(ibv_modify_qp(b.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+						 IBV_QP_QKEY), 0);
+	a.qp_state = IBV_QPS_RTR;
+	assert_int_equal(ibv_modify_qp(b.qp, &a, IBV_QP_STATE), 0);
+	return b;
+}
+
+static void second_close(struct second *b)
+{
+	assert_int_equal(ibv_destroy_qp(b->qp), 0);
+	assert_int_equal(ibv_destroy_cq(b->cq), 0);
+}
+
+static void post_recv_on(struct ibv_qp *qp, uint64_t id, uint32_t off)
+{
+	struct ibv_sge sge = { (uintptr_t)E.buf + off, 64 + 40, E.mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad_wr;
+
+	assert_int_equal(ibv_post_recv(qp, &wr, &bad_wr), 0);
+}
+
+/*
+ * Two QPs share their block's socket: datagrams for the second, read while the first is
+ * polled, wait in the second's queue and complete on its CQ in order; beyond the queue's
+ * 32 they are dropped (UD), and the second's queue empties on its own polls.
+ */
+static void test_two_qps_of_one_block(void **state)
+{
+	struct second b = second_open();
+	struct ibv_wc wc[64];
+	uint64_t end;
+	int got = 0, n;
+
+	(void)state;
+	for (int i = 0; i < 40; i++)
+		post_recv_on(b.qp, 500 + (uint64_t)i, 0x1000);
+	/* 40 datagrams for the second QP; only the first's CQ is polled meanwhile (it
+	 * reads the socket and queues them), until a datagram of its own has come. */
+	for (uint8_t i = 0; i < 40; i++) {
+		uint8_t p[8] = { 'B', i };
+		struct dg d = good(p, sizeof(p));
+
+		d.qpn = b.qp->qp_num;
+		send_dg(&d);
+	}
+	expect_dropped(NULL, 0, "(the first QP's own datagram, after the second's)");
+	/* The second's CQ: its datagrams in order, at most the queue's 32 of them if the
+	 * first QP's poll read them all, and no fewer than that. */
+	end = now_ms() + 5000;
+	while (now_ms() < end && got < 40) {
+		n = ibv_poll_cq(b.cq, 64 - got, wc + got);
+		assert_true(n >= 0);
+		got += n;
+		if (got >= 32 && n == 0)
+			break;
+	}
+	assert_true(got >= 32);
+	for (int i = 0; i < got; i++) {
+		assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+		assert_int_equal(wc[i].wr_id, 500 + (uint64_t)i); /* in order, none twice */
+		assert_int_equal(wc[i].byte_len, 48);
+	}
+	second_close(&b);
+	check_canaries();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -448,6 +537,7 @@ int main(void)
 		cmocka_unit_test(test_wrong_keys_are_dropped_and_counted),
 		cmocka_unit_test(test_datagram_larger_than_the_receive),
 		cmocka_unit_test(test_random_and_mutated_datagrams),
+		cmocka_unit_test(test_two_qps_of_one_block),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
