@@ -373,11 +373,16 @@ static void pending_request(struct cma_id *p)
 		pending_drop(p, "not an MPA request");
 		return;
 	}
-	/* The shm handshake: revision 1, a softverbs trailer, from this host. */
+	/* The softverbs handshake: revision 1, a softverbs trailer, from this host; from
+	 * another host for UD only (its datagrams go on the UDP wire; a connected QP from
+	 * there is iWARP's, as a peer that is not softverbs may be). */
 	if (!par.enhanced && !getpeername(p->fd, (struct sockaddr *)&peer, &plen) &&
-	    cma_addr_is_local((struct sockaddr *)&peer) &&
-	    iw_mpa_parse(p->rx, p->rx_len, IW_MPA_REQUEST, &f) > 0)
+	    iw_mpa_parse(p->rx, p->rx_len, IW_MPA_REQUEST, &f) > 0) {
 		user_len = take_info(p, &f);
+		if (user_len >= 0 && !cma_addr_is_local((struct sockaddr *)&peer) &&
+		    p->remote.qp_type != IBV_QPT_UD)
+			user_len = -1;
+	}
 	if (user_len < 0) {
 		pending_iwarp(p, &par, user, ulen);
 		return;

@@ -328,15 +328,10 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 			sv_info("rdma_resolve_addr: multicast from an address that reaches other "
 				"hosts: softverbs' groups are on this host only (join from loopback)");
 		}
-	} else if (!cma_addr_is_local(dst_addr) && id->qp_type == IBV_QPT_UD) {
-		/* Datagrams and multicast between hosts come with a RoCE v2 wire: iWARP
-		 * carries connected QPs only (docs/conformance.md). */
-		status = -EOPNOTSUPP;
-		sv_info("rdma_resolve_addr: UD (RDMA_PS_UDP) to another host: iWARP has no "
-			"datagrams; softverbs reaches UD peers on the same host only");
 	} else if (!cma_addr_is_local(dst_addr)) {
-		/* Another host: an iWARP connection, from the address the route gives. */
-		cid->iwarp = true;
+		/* Another host, from the address the route gives: an iWARP connection, or
+		 * (UD) datagrams on the UDP wire, which the AH's GID sends there. */
+		cid->iwarp = id->qp_type != IBV_QPT_UD;
 		if (cid->state == CMA_IDLE) {
 			if (src_addr) {
 				memcpy(&src, src_addr, (size_t)cma_sockaddr_len(src_addr));

@@ -4,9 +4,9 @@
 # any exit; skipped (77) without root or without ip(8). Each connection is iWARP (the
 # peer is not an address of the client's host): rping -v (1,000 pings, IPv4 and IPv6,
 # every ping's data checked on both sides), ucmatose, rdma_server/rdma_client and
-# cmtime must exit 0 with the transcript of a clean run; udaddy (UD) and mckey
-# (multicast from the veth address) must fail with ADDR_ERROR -95 (-EOPNOTSUPP: not part
-# of iWARP). A capture of one rping run, taken in the server's namespace, must decode
+# cmtime must exit 0 with the transcript of a clean run; so must udaddy (UD: its
+# datagrams on the UDP wire); mckey (multicast from the veth address) must fail with
+# ADDR_ERROR -95 (-EOPNOTSUPP: groups stay on one host). A capture of one rping run, taken in the server's namespace, must decode
 # in tshark as MPA and DDP/RDMAP with every CRC good and nothing malformed.
 . "$(dirname "$0")/lib.sh" "$1"
 need rping
@@ -162,15 +162,37 @@ check "cmtime: the server is still serving" kill -0 $srv
 kill -TERM $srv 2>/dev/null
 wait $srv 2>/dev/null
 
-# UD and multicast do not reach another host: the clear error.
-timeout 20 "${NA[@]}" udaddy >"$TMP/ud.srv" 2>&1 &
+# UD to another host: the SIDR exchange over the handshake's TCP connection, then the
+# datagrams over softverbs' UDP wire (2 connections, 50 messages each way on each).
+# A's UDP counter (per namespace) proves they crossed as datagrams.
+udp_in() { ip netns exec "$A" awk '$1 == "Udp:" && $2 ~ /^[0-9]+$/ { print $2 }' /proc/net/snmp; }
+u0=$(udp_in)
+timeout 20 "${NA[@]}" udaddy -b 10.77.0.1 -c 2 -C 50 >"$TMP/ud.srv" 2>&1 &
 srv=$!
 listening 7174 $srv
-timeout 20 "${NB[@]}" udaddy -s 10.77.0.1 >"$TMP/ud.cli" 2>&1
-check "udaddy to another host: ADDR_ERROR -95" contains "$TMP/ud.cli" \
-  "RDMA_CM_EVENT_ADDR_ERROR, error: -95"
-kill -TERM $srv 2>/dev/null
-wait $srv 2>/dev/null
+timeout 20 "${NB[@]}" udaddy -s 10.77.0.1 -c 2 -C 50 >"$TMP/ud.cli" 2>&1
+crc=$?
+wait $srv
+src=$?
+u1=$(udp_in)
+check "udaddy to another host: the client exits 0" test $crc -eq 0
+check "udaddy to another host: the server exits 0" test $src -eq 0
+check "udaddy: the server's transcript" \
+  transcript "$TMP/ud.srv" "udaddy: starting server" "receiving data transfers" \
+  "sending replies" "data transfers complete" "test complete" "return status 0"
+check "udaddy: the client's transcript" \
+  transcript "$TMP/ud.cli" "udaddy: starting client" "udaddy: connecting" \
+  "initiating data transfers" "receiving data transfers" "data transfers complete" \
+  "test complete" "return status 0"
+if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
+  echo "    udaddy: client exit $crc, server exit $src"
+  sed 's/^/    client: /' "$TMP/ud.cli" | tail -n 5
+  sed 's/^/    server: /' "$TMP/ud.srv" | tail -n 5
+fi
+echo "    UDP datagrams received in A: $((u1 - u0))"
+check "udaddy: at least 100 UDP datagrams reached A" test $((u1 - u0)) -ge 100
+
+# Multicast does not reach another host: the clear error.
 timeout 20 "${NB[@]}" mckey -m 239.1.2.3 -b 10.77.0.2 -s >"$TMP/mc.cli" 2>&1
 check "mckey from the veth address: ADDR_ERROR -95" contains "$TMP/mc.cli" \
   "RDMA_CM_EVENT_ADDR_ERROR, error: -95"

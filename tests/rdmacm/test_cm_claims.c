@@ -405,37 +405,7 @@ static void c_rsockets(void)
 		fail_msg("riowrite: want 0 bytes and ENOSYS (docs/conformance.md), errno %d", errno);
 }
 
-/* A UD id towards an address that is not this host's (TEST-NET-3: the route lookup
- * sends nothing): ADDR_ERROR, status -EOPNOTSUPP. */
-static void c_ud_off_host(void)
-{
-	static const enum rdma_port_space ps[] = { RDMA_PS_UDP, RDMA_PS_IPOIB };
-	struct rdma_event_channel *ch = rdma_create_event_channel();
-
-	assert_non_null(ch);
-	for (size_t i = 0; i < ARRAY_LEN(ps); i++) {
-		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(7471) };
-		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-		struct rdma_cm_event *ev;
-		struct rdma_cm_id *id;
-
-		inet_pton(AF_INET, "203.0.113.77", &a.sin_addr);
-		assert_int_equal(rdma_create_id(ch, &id, NULL, ps[i]), 0);
-		assert_int_equal(rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 500), 0);
-		if (poll(&p, 1, 5000) != 1)
-			fail_msg("UD id towards another host: no event within 5 s");
-		assert_int_equal(rdma_get_cm_event(ch, &ev), 0);
-		if (ev->event != RDMA_CM_EVENT_ADDR_ERROR || ev->status != -EOPNOTSUPP)
-			fail_msg("UD id towards another host: %s status %d; docs/conformance.md "
-				 "says ADDR_ERROR -EOPNOTSUPP", rdma_event_str(ev->event), ev->status);
-		rdma_ack_cm_event(ev);
-		assert_int_equal(rdma_destroy_id(id), 0);
-	}
-	rdma_destroy_event_channel(ch);
-}
-
 static const struct not_yet not_yet[] = {
-	{ "RDMA_PS_UDP RDMA_PS_IPOIB", c_ud_off_host },
 	{ "rdma_set_local_ece rdma_get_remote_ece", c_ece },
 	{ "rsocket rbind rlisten raccept rconnect rshutdown rclose rrecv* rsend* rread* rwrite* "
 	  "rpoll rselect r*sockopt rfcntl rget*name riomap riounmap riowrite", c_rsockets },

@@ -3,10 +3,12 @@
  * datagrams in routed to the block's QPs and handed to the responder.
  *
  * Receiving: whichever QP of a block polls first reads the block's socket (a budget at a
- * time, under the block's mutex) and delivers what is its own; what is for another QP
- * of the block waits in that QP's queue until it polls. A datagram the responder holds
- * (its QP not in RTR yet) waits in the queue too. A full queue drops what comes: UD is
- * unreliable, as a NIC's receive queue without room is.
+ * time, under the block's mutex) and delivers what is its own, and another QP's too when
+ * it can take that QP's responder role at once (as a NIC puts a datagram in the receive
+ * queue it is for); else the datagram waits in that QP's queue until it polls. A
+ * datagram the responder holds (its QP not in RTR yet) waits in the queue too. A full
+ * queue (128) drops what comes: UD is unreliable, as a NIC's receive queue without room
+ * is.
  *
  * Waking: the block's socket is watched one-shot; arm() enables the watch and checks the
  * QP's queue under the block's mutex, and routing reads and queues under the same mutex,
@@ -34,7 +36,7 @@
 #include "wire/udp/udp_proto.h"
 
 enum {
-	UDP_QUEUE = 32, /* datagrams a QP keeps for its next poll */
+	UDP_QUEUE = 128, /* datagrams a QP keeps for its next poll (allocated when needed) */
 	UDP_BUDGET = 32, /* datagrams read per poll */
 	UDP_RCVBUF = 8 << 20, /* the socket's receive buffer asked for (grow_rcvbuf) */
 };
@@ -662,6 +664,15 @@ static int route(struct sv_qp *qp, struct udp_qp *uq, struct udp_block *b)
 		return 0; /* no such QP here (any more): lost, as on a NIC */
 	if (to == uq && uq->head == uq->tail && deliver(qp, uq, d) == SV_RX_CONSUMED)
 		return 1;
+	/* Another QP of the block: into its receive queue now, as a NIC would, when nobody
+	 * holds its responder's role and nothing of its waits before it. */
+	if (to != uq && to->head == to->tail && sv_rx_trylock(to->qp)) {
+		enum sv_rx r = deliver(to->qp, to, d);
+
+		sv_rx_unlock(to->qp);
+		if (r == SV_RX_CONSUMED)
+			return 1;
+	}
 	if (!enqueue(to, d))
 		sv_dbg("udp qp %u: a datagram dropped: its queue is full", to->qpn);
 	return 0;
