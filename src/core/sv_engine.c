@@ -103,6 +103,13 @@ int sv_engine_watch_oneshot_locked(int fd, sv_watch_fn fn, void *arg, uint64_t *
 	return err ? err : add_watch(fd, EPOLLONESHOT, fn, arg, id);
 }
 
+int sv_engine_watch_edge_locked(int fd, sv_watch_fn fn, void *arg, uint64_t *id)
+{
+	int err = engine_start();
+
+	return err ? err : add_watch(fd, EPOLLIN | EPOLLET, fn, arg, id);
+}
+
 int sv_engine_rearm(uint64_t id, uint32_t events)
 {
 	int err = -ENOENT;

@@ -49,6 +49,9 @@ void sv_engine_unwatch_locked(uint64_t id);
  * only when it is about to sleep (the wire's arm op), never on the latency path. Takes
  * the engine's lock. */
 int sv_engine_watch_oneshot_locked(int fd, sv_watch_fn fn, void *arg, uint64_t *id);
+/* A watch that reports each time new data arrives (edge-triggered EPOLLIN), always
+ * armed: the callback learns of it even while the fd is not read. */
+int sv_engine_watch_edge_locked(int fd, sv_watch_fn fn, void *arg, uint64_t *id);
 int sv_engine_rearm(uint64_t id, uint32_t events);
 
 /* Locks a wire takes under the engine's: held around fork() after the engine's, and

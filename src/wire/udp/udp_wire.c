@@ -10,10 +10,17 @@
  * queue (128) drops what comes: UD is unreliable, as a NIC's receive queue without room
  * is.
  *
- * Waking: the block's socket is watched one-shot; arm() enables the watch and checks the
- * QP's queue under the block's mutex, and routing reads and queues under the same mutex,
- * so a datagram is either in the queue when arm looks, or arrives after the watch is
- * enabled and wakes the progress thread (which then polls every QP).
+ * No system call for nothing: a poll reads the socket only when the block's watch
+ * (edge-triggered, always armed: the progress thread's epoll) said that datagrams came
+ * (`ready`), or while datagrams came lately (UDP_HOT_NS): a UD QP that talks only to its
+ * host's QPs (shm) polls without a recvmsg, as the shm path must. A reader clears
+ * `ready` before it reads until the socket is empty, so a datagram arriving after its
+ * last read raises it again. The first datagram after a quiet spell costs a wake-up of
+ * the progress thread.
+ *
+ * Waking: arm() says idle only with the QP's queue empty and `ready` down (under the
+ * block's mutex, as routing queues): a datagram already there keeps the thread awake,
+ * one arriving later fires the watch, which wakes it (it then polls every QP).
  */
 #include "wire/udp/udp_wire.h"
 
@@ -24,7 +31,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,6 +46,7 @@ enum {
 	UDP_BUDGET = 32, /* datagrams read per poll */
 	UDP_RCVBUF = 8 << 20, /* the socket's receive buffer asked for (grow_rcvbuf) */
 };
+#define UDP_HOT_NS 1000000ull /* polls read the socket this long after a datagram */
 
 struct udp_dgram {
 	struct udp_pkt pkt;
@@ -55,7 +62,9 @@ struct udp_block {
 	uint32_t block;
 	int fd;
 	bool v6;        /* an IPv6 socket taking IPv4 too; else IPv4 only */
-	uint64_t watch; /* the engine's one-shot watch of fd */
+	uint64_t watch; /* the engine's edge-triggered watch of fd */
+	atomic_bool ready; /* the watch saw datagrams come: a poll is to read */
+	_Atomic uint64_t hot_until; /* polls read until then (sv_now_ns) */
 	pthread_mutex_t lock; /* qps[], their queues, in */
 	struct udp_qp *qps[SV_QPN_BLOCK];
 	int n_qps;
@@ -70,6 +79,7 @@ struct udp_qp {
 	_Atomic uint32_t bad_pkeys;
 	struct udp_dgram *queue; /* UDP_QUEUE, allocated when first needed; b->lock */
 	uint32_t head, tail;
+	_Atomic uint32_t queued; /* head - tail, for a poll's look without the lock */
 };
 
 static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER; /* blocks; above b->lock */
@@ -107,10 +117,14 @@ static uint16_t block_port(uint32_t block)
 
 /* --- blocks ---------------------------------------------------------------------------- */
 
+/* The progress thread (engine lock): datagrams came; the pass that follows polls every
+ * QP, and the application's polls read them too. */
 static void woken(void *arg, uint32_t events)
 {
-	(void)arg;
-	(void)events; /* the pass that follows a wake-up polls every QP */
+	struct udp_block *b = arg;
+
+	(void)events;
+	atomic_store_explicit(&b->ready, true, memory_order_release);
 }
 
 static int open_socket(uint32_t block, bool *v6)
@@ -187,7 +201,8 @@ static struct udp_block *block_get_locked(uint32_t block, int *err)
 	}
 	grow_rcvbuf(b->fd);
 	sv_engine_lock();
-	*err = sv_engine_watch_oneshot_locked(b->fd, woken, b, &b->watch);
+	atomic_init(&b->ready, true); /* (whatever came before the watch) */
+	*err = sv_engine_watch_edge_locked(b->fd, woken, b, &b->watch);
 	sv_engine_unlock();
 	if (*err) {
 		close(b->fd);
@@ -314,6 +329,7 @@ static void udp_discard(struct sv_qp *qp)
 		return;
 	pthread_mutex_lock(&uq->b->lock);
 	uq->head = uq->tail = 0;
+	atomic_store_explicit(&uq->queued, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&uq->b->lock);
 }
 
@@ -597,6 +613,7 @@ static bool enqueue(struct udp_qp *uq, const struct udp_dgram *d)
 	if (uq->head - uq->tail == UDP_QUEUE)
 		return false;
 	uq->queue[uq->head++ % UDP_QUEUE] = *d;
+	atomic_store_explicit(&uq->queued, uq->head - uq->tail, memory_order_relaxed);
 	return true;
 }
 
@@ -682,13 +699,19 @@ static int udp_poll(struct sv_qp *qp)
 {
 	struct udp_qp *uq;
 	struct udp_block *b;
-	int n = 0;
+	int n = 0, i = 0;
 
-	if (!qp->far_qp || !sv_rx_trylock(qp))
-		return 0;
 	uq = udp_of(qp);
 	b = uq ? uq->b : NULL;
-	if (!b || pthread_mutex_trylock(&b->lock)) {
+	/* Nothing came, lately or now, and nothing waits: no lock, no system call. */
+	if (!b || (!atomic_load_explicit(&b->ready, memory_order_acquire) &&
+		   sv_now_ns() >= atomic_load_explicit(&b->hot_until, memory_order_relaxed) &&
+		   atomic_load_explicit(&uq->queued, memory_order_relaxed) == 0))
+		return 0;
+	if (!sv_rx_trylock(qp))
+		return 0;
+	uq = udp_of(qp); /* (taken again under rx_busy: qp_fini clears it under it) */
+	if (!uq || pthread_mutex_trylock(&b->lock)) {
 		sv_rx_unlock(qp); /* another QP of the block reads: ours is queued for us */
 		return 0;
 	}
@@ -697,8 +720,16 @@ static int udp_poll(struct sv_qp *qp)
 		uq->tail++;
 		n++;
 	}
-	for (int i = 0; i < UDP_BUDGET && read_one(b); i++)
+	atomic_store_explicit(&uq->queued, uq->head - uq->tail, memory_order_relaxed);
+	atomic_store_explicit(&b->ready, false, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst); /* cleared before the reads below */
+	for (; i < UDP_BUDGET && read_one(b); i++)
 		n += route(qp, uq, b);
+	if (i == UDP_BUDGET) /* more may wait: the socket was not found empty */
+		atomic_store_explicit(&b->ready, true, memory_order_relaxed);
+	if (i)
+		atomic_store_explicit(&b->hot_until, sv_now_ns() + UDP_HOT_NS,
+				      memory_order_relaxed);
 	pthread_mutex_unlock(&b->lock);
 	sv_rx_unlock(qp);
 	return n;
@@ -714,17 +745,16 @@ static bool udp_arm(struct sv_qp *qp, bool assist)
 		return true;
 	pthread_mutex_lock(&uq->b->lock);
 	/* Held datagrams wait for the QP's RTR, not for us: they do not keep it awake. */
-	idle = uq->head == uq->tail ||
-	       !sv_qp_state_receives(atomic_load_explicit(&qp->pub.state, memory_order_relaxed));
-	if (idle)
-		idle = !sv_engine_rearm(uq->b->watch, EPOLLIN);
+	idle = (uq->head == uq->tail ||
+		!sv_qp_state_receives(atomic_load_explicit(&qp->pub.state, memory_order_relaxed))) &&
+	       !atomic_load_explicit(&uq->b->ready, memory_order_acquire);
 	pthread_mutex_unlock(&uq->b->lock);
 	return idle;
 }
 
 static void udp_disarm(struct sv_qp *qp)
 {
-	(void)qp; /* one-shot: a wake-up disarms the watch */
+	(void)qp; /* the watch stays armed: it only raises `ready` */
 }
 
 static uint32_t udp_bad_pkeys(struct sv_qp *qp)
