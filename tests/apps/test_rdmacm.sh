@@ -35,15 +35,23 @@ esac
 # messages on each once both memberships exist (multicast has no port to wait for: the
 # receiver's memberships show in /proc/net/unix as @softverbs/mcast/MGID/QPN).
 mckey_pair() {
-  local name=$1 group=$2 mgid=$3 rcv
-  timeout 60 "$SV" run mckey -m "$group" -c 2 -C 20 >"$TMP/$name.rcv" 2>&1 &
+  local name=$1 group=$2 mgid=$3 rcv joined_both=false
+  # Line-buffered, with softverbs' debug log apart: a receiver stopped by timeout shows
+  # how far it came, and why a datagram was lost.
+  SOFTVERBS_LOG=debug timeout 60 "$SV" run stdbuf -oL mckey -m "$group" -c 2 -C 20 \
+    >"$TMP/$name.rcv" 2>"$TMP/$name.rcv.log" &
   rcv=$!
-  for _ in $(seq 100); do
-    [ "$(grep -c "@softverbs/mcast/$mgid/" /proc/net/unix)" -ge 2 ] && break
+  for _ in $(seq 400); do
+    if [ "$(grep -c "@softverbs/mcast/$mgid/" /proc/net/unix)" -ge 2 ]; then
+      joined_both=true
+      break
+    fi
     kill -0 $rcv 2>/dev/null || break
     sleep 0.05
   done
-  timeout 60 "$SV" run mckey -m "$group" -s -c 2 -C 20 >"$TMP/$name.snd" 2>&1
+  check "$name ($group): the receiver joined both groups within 20 s" $joined_both
+  SOFTVERBS_LOG=debug timeout 60 "$SV" run stdbuf -oL mckey -m "$group" -s -c 2 -C 20 \
+    >"$TMP/$name.snd" 2>"$TMP/$name.snd.log"
   local src=$?
   wait $rcv
   local rrc=$?
@@ -56,8 +64,11 @@ mckey_pair() {
   check "$name ($group): sender's transcript: joined twice, sent every message" \
     transcript "$TMP/$name.snd" "mckey: starting client" "mckey: joining" "$joined" "$joined" \
     "initiating data transfers" "data transfers complete" "test complete" "return status 0"
+  check "$name ($group): no error or warning from softverbs" \
+    test -z "$(grep -hE '^softverbs\[[0-9]+\] (error|warn):' "$TMP/$name".*.log)"
   if [ $src -ne 0 ] || [ $rrc -ne 0 ]; then
-    tail -n 5 "$TMP/$name.rcv" "$TMP/$name.snd" | sed 's/^/    /'
+    tail -n 20 "$TMP/$name.rcv" "$TMP/$name.rcv.log" "$TMP/$name.snd" "$TMP/$name.snd.log" |
+      sed 's/^/    /'
   fi
 }
 
