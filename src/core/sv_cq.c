@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/sv_wire.h"
 #include "util/sv_time.h"
 
 static uint32_t ring_size_for(uint32_t cqe)
@@ -78,6 +79,23 @@ int sv_cq_poll(struct sv_cq *cq, int n, struct ibv_wc *wc)
 		wc[i] = cq->ring[cq->tail & (cq->size - 1)].wc;
 	pthread_spin_unlock(&cq->lock);
 	return i;
+}
+
+static bool cq_waiting(struct sv_cq *cq)
+{
+	bool waiting;
+
+	if (!cq)
+		return false;
+	sv_spin_lock(&cq->lock);
+	waiting = cq->tail != cq->head;
+	pthread_spin_unlock(&cq->lock);
+	return waiting;
+}
+
+bool sv_cq_waiting_for(struct sv_qp *qp)
+{
+	return cq_waiting(qp->scq) || (qp->rcq != qp->scq && cq_waiting(qp->rcq));
 }
 
 void sv_cq_arm(struct sv_cq *cq, int solicited_only)

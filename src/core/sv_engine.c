@@ -57,6 +57,13 @@ bool sv_engine_on_thread(void)
 	return in_progress_thread;
 }
 
+static _Atomic bool app_busy; /* progress_main's judgement, for sv_engine_app_busy */
+
+bool sv_engine_app_busy(void)
+{
+	return atomic_load_explicit(&app_busy, memory_order_relaxed);
+}
+
 int sv_engine_wake_fd(void)
 {
 	return eng.wake_fd;
@@ -474,6 +481,7 @@ static void *progress_main(void *arg)
 		if (now - seen_at >= BUSY_WINDOW_NS) {
 			polls = atomic_load_explicit(&sv_engine_polls, memory_order_relaxed);
 			busy = polls - seen > BUSY_POLLS;
+			atomic_store_explicit(&app_busy, busy, memory_order_relaxed);
 			seen = polls;
 			seen_at = now;
 		}

@@ -68,6 +68,10 @@ void sv_engine_kick(void);
 /* True on the progress thread, which must keep serving its watches while it waits for
  * something of its own; sv_engine_serve(0) handles what is pending. */
 bool sv_engine_on_thread(void);
+/* Whether the progress thread last judged the application to busy-poll its CQs: its
+ * polls then come again within moments, and the thread looks at the QPs they move only
+ * once a millisecond. */
+bool sv_engine_app_busy(void);
 void sv_engine_serve(int timeout_ms);
 
 /* The port's violation counters (ibv_query_port): packets dropped for a P_Key that did

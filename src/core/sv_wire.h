@@ -265,4 +265,9 @@ enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 /* Under rx_busy and sq.lock: the peer is gone; nothing outstanding will be answered. */
 void sv_comp_peer_gone(struct sv_qp *qp);
 
+/* Whether completions the application has not taken wait in @qp's send or receive CQ:
+ * it has yet to act on what came, and what it posts next may carry what the wire
+ * holds back meanwhile (sv_cq.c). */
+bool sv_cq_waiting_for(struct sv_qp *qp);
+
 #endif

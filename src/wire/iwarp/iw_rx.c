@@ -572,8 +572,11 @@ static void answer_done(struct iw_qp *iq, const struct iw_hdr *ih)
 	if (!rd->msn)
 		atomic_store(&iq->probing, false);
 	atomic_store_explicit(tail, t + 1, memory_order_release);
-	/* A Read or atomic that waited for the ORD (iw_tx.c ord_full) may go now. */
-	sv_set_hint(iq->qp->tx_kick, true);
+	/* A Read or atomic that waited for the ORD (iw_tx.c wait_for_room) may go now. Only
+	 * then: a kick makes the next poll transmit, which sends what answers_wait (iw_qp.c)
+	 * kept for the application's next post (the answer to the peer's probe). */
+	if (atomic_exchange(&iq->ord_waits, false))
+		sv_set_hint(iq->qp->tx_kick, true);
 }
 
 /* The rest of the FPDU after the core took what it wanted: payload it did not take,

@@ -54,6 +54,7 @@ void iw_tx_reset(struct iw_qp *iq)
 	atomic_store(&iq->place_hi, 0);
 	atomic_store(&iq->confirmed, 0);
 	atomic_store(&iq->probing, false);
+	atomic_store(&iq->ord_waits, false);
 	atomic_store(&iq->sent_head, 0);
 	iq->tx_stage_head = iq->tx_stage_tail = 0;
 }
@@ -311,6 +312,22 @@ static bool ord_full(struct iw_qp *iq)
 	return iq->ord && out >= iq->ord;
 }
 
+static bool no_room(struct iw_qp *iq, _Atomic uint32_t *head, _Atomic uint32_t *tail)
+{
+	return ord_full(iq) || atomic_load(head) - atomic_load(tail) >= IW_RDQ;
+}
+
+/* Whether a Read or atomic must wait for an answer to make room. It says so in
+ * ord_waits before it looks a second time: the receiver, which frees the room and then
+ * reads ord_waits, either is seen by that look or sees the flag (and kicks the QP). */
+static bool wait_for_room(struct iw_qp *iq, _Atomic uint32_t *head, _Atomic uint32_t *tail)
+{
+	if (!no_room(iq, head, tail))
+		return false;
+	atomic_store(&iq->ord_waits, true);
+	return no_room(iq, head, tail);
+}
+
 static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iovec *iov,
 		      int n_iov)
 {
@@ -373,11 +390,7 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 	case SV_OP_READ_REQ: {
 		uint32_t head = atomic_load_explicit(&iq->rd_head, memory_order_relaxed);
 
-		if (ord_full(iq))
-			return -EAGAIN;
-
-		if (head - atomic_load_explicit(&iq->rd_tail, memory_order_acquire) >= IW_RDQ ||
-		    h->total > UINT32_MAX)
+		if (wait_for_room(iq, &iq->rd_head, &iq->rd_tail) || h->total > UINT32_MAX)
 			return -EAGAIN;
 		ih.opcode = IW_OP_READ_REQ;
 		ih.last = true;
@@ -402,12 +415,9 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 	case SV_OP_ATOMIC: {
 		uint32_t head = atomic_load_explicit(&iq->at_head, memory_order_relaxed);
 
-		if (ord_full(iq))
-			return -EAGAIN;
-
 		if (!iq->ext)
 			return refuse_local(iq, h);
-		if (head - atomic_load_explicit(&iq->at_tail, memory_order_acquire) >= IW_RDQ)
+		if (wait_for_room(iq, &iq->at_head, &iq->at_tail))
 			return -EAGAIN;
 		ih.opcode = IW_OP_ATOMIC_REQ;
 		ih.last = true;
