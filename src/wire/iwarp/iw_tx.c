@@ -328,6 +328,18 @@ static bool wait_for_room(struct iw_qp *iq, _Atomic uint32_t *head, _Atomic uint
 	return no_room(iq, head, tail);
 }
 
+/*
+ * Where the last FPDU of a Send or Write says that a message waits to be known placed
+ * (place_hi), when Sends and Writes complete once placed. put_pub says so before any
+ * writer can send the FPDU: said after, a writer on another thread could send it and
+ * the next poll complete it as "sent and nothing waits" before it was placed (a WRITE
+ * the peer refused then completed successfully).
+ */
+static _Atomic uint32_t *placed(struct iw_qp *iq, const struct iw_hdr *ih)
+{
+	return ih->last && iq->confirm ? &iq->place_hi : NULL;
+}
+
 static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iovec *iov,
 		      int n_iov)
 {
@@ -347,14 +359,12 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		ih.qn = IW_QN_SEND;
 		ih.msn = iq->tx_msn[IW_QN_SEND];
 		ih.mo = (uint32_t)h->offset;
-		err = put(iq, &ih, iov, n_iov, h->len, h->msn, IW_TXD_REQ);
+		err = put_pub(iq, &ih, iov, n_iov, h->len, h->msn, IW_TXD_REQ, placed(iq, &ih),
+			      h->msn);
 		if (!err)
 			sent(iq, h, &ih);
-		if (!err && ih.last) {
+		if (!err && ih.last)
 			iq->tx_msn[IW_QN_SEND]++;
-			if (iq->confirm)
-				atomic_store(&iq->place_hi, h->msn);
-		}
 		return err;
 	case SV_OP_WRITE:
 		if ((h->flags & SV_F_LAST) && (h->flags & SV_F_IMM) && !iq->ext)
@@ -367,12 +377,11 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		ih.opcode = IW_OP_WRITE;
 		ih.stag = h->rkey;
 		ih.to = h->raddr + h->offset;
-		err = put(iq, &ih, iov, n_iov, h->len,
-			  (h->flags & SV_F_IMM) && ih.last ? 0 : h->msn, IW_TXD_REQ);
+		err = put_pub(iq, &ih, iov, n_iov, h->len,
+			      (h->flags & SV_F_IMM) && ih.last ? 0 : h->msn, IW_TXD_REQ,
+			      placed(iq, &ih), h->msn);
 		if (!err)
 			sent(iq, h, &ih);
-		if (!err && ih.last && iq->confirm)
-			atomic_store(&iq->place_hi, h->msn);
 		if (err || !((h->flags & SV_F_LAST) && (h->flags & SV_F_IMM)))
 			return err;
 		ih = (struct iw_hdr){ .opcode = h->flags & SV_F_SOLICITED ? IW_OP_IMM_SE : IW_OP_IMM,
@@ -380,12 +389,9 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 				      .msn = iq->tx_msn[IW_QN_SEND], .mo = 0 };
 		/* The 4 bytes of a verbs immediate, first of the 8 (network order as given). */
 		memcpy(&ih.imm, &h->imm, sizeof(h->imm));
-		err = put(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ);
-		if (!err) {
+		err = put_pub(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ, placed(iq, &ih), h->msn);
+		if (!err)
 			iq->tx_msn[IW_QN_SEND]++;
-			if (iq->confirm)
-				atomic_store(&iq->place_hi, h->msn);
-		}
 		return err;
 	case SV_OP_READ_REQ: {
 		uint32_t head = atomic_load_explicit(&iq->rd_head, memory_order_relaxed);
