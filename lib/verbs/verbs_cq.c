@@ -64,6 +64,16 @@ static void cur_to_ex(struct sv_cq *cq)
 	cq->ibv.status = cq->cur.wc.status;
 }
 
+/* Under the CQ's lock: the oldest completion becomes the one the extended poll is on. */
+static void take_cur(struct sv_cq *cq)
+{
+	uint32_t tail = sv_cq_idx(&cq->tail);
+
+	cq->cur = cq->ring[tail & (cq->size - 1)];
+	sv_cq_set_idx(&cq->tail, tail + 1);
+	cur_to_ex(cq);
+}
+
 /* The CQ lock is held from a successful start_poll to end_poll, as providers do. */
 static int cqx_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 {
@@ -71,15 +81,15 @@ static int cqx_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 
 	if (attr && attr->comp_mask)
 		return EINVAL;
-	sv_cq_progress(cq);
+	if (sv_cq_empty(cq))
+		sv_cq_progress(cq);
 	sv_engine_note_poll();
 	sv_spin_lock(&cq->lock);
-	if (cq->tail == cq->head) {
+	if (sv_cq_empty(cq)) {
 		pthread_spin_unlock(&cq->lock);
 		return ENOENT;
 	}
-	cq->cur = cq->ring[cq->tail++ & (cq->size - 1)];
-	cur_to_ex(cq);
+	take_cur(cq);
 	return 0;
 }
 
@@ -87,10 +97,9 @@ static int cqx_next_poll(struct ibv_cq_ex *ibcq)
 {
 	struct sv_cq *cq = to_svcq_ex(ibcq);
 
-	if (cq->tail == cq->head)
+	if (sv_cq_empty(cq))
 		return ENOENT;
-	cq->cur = cq->ring[cq->tail++ & (cq->size - 1)];
-	cur_to_ex(cq);
+	take_cur(cq);
 	return 0;
 }
 
@@ -289,8 +298,12 @@ int sv_verbs_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		return n < 0 ? -EINVAL : 0;
 	int got;
 
-	/* Move the work of the CQ's QPs first: no thread hand-off on the fast path. */
-	sv_cq_progress(cq);
+	/* Move the work of the CQ's QPs first, unless completions wait to be taken (the
+	 * next poll moves it; a system call the wire would make, a socket's read, is not
+	 * spent where the caller has its answer already): no thread hand-off on the fast
+	 * path. */
+	if (sv_cq_empty(cq))
+		sv_cq_progress(cq);
 	got = sv_cq_poll(cq, n, wc);
 	sv_engine_note_poll();
 	return got;

@@ -26,7 +26,8 @@ int sv_cq_init(struct sv_cq *cq, uint32_t cqe)
 	if (!cq->ring)
 		return -ENOMEM;
 	cq->cqe = cqe;
-	cq->head = cq->tail = 0;
+	sv_cq_set_idx(&cq->head, 0);
+	sv_cq_set_idx(&cq->tail, 0);
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
 	return 0;
 }
@@ -43,9 +44,11 @@ int sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 	struct sv_comp_channel *notify = NULL;
 	bool overrun = false;
 	struct sv_cqe *e;
+	uint32_t head;
 
 	sv_spin_lock(&cq->lock);
-	if (cq->head - cq->tail >= cq->cqe) {
+	head = sv_cq_idx(&cq->head);
+	if (head - sv_cq_idx(&cq->tail) >= cq->cqe) {
 		overrun = !cq->overflowed;
 		cq->overflowed = 1;
 		pthread_spin_unlock(&cq->lock);
@@ -53,12 +56,12 @@ int sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 			sv_async_raise(to_svctx(cq->ibv.context), IBV_EVENT_CQ_ERR, cq);
 		return -ENOSPC;
 	}
-	e = &cq->ring[cq->head & (cq->size - 1)];
+	e = &cq->ring[head & (cq->size - 1)];
 	e->wc = *wc;
 	if (cq->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
 			    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK))
 		e->ts = sv_now_ns();
-	cq->head++;
+	sv_cq_set_idx(&cq->head, head + 1);
 	/* IBA 11.4.2.2: a solicited-only arm fires on solicited and on error completions. */
 	if (cq->armed == 1 || (cq->armed == 2 && (solicited || wc->status != IBV_WC_SUCCESS))) {
 		cq->armed = 0;
@@ -72,11 +75,15 @@ int sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 
 int sv_cq_poll(struct sv_cq *cq, int n, struct ibv_wc *wc)
 {
+	uint32_t tail, head;
 	int i = 0;
 
 	sv_spin_lock(&cq->lock);
-	for (; i < n && cq->tail != cq->head; i++, cq->tail++)
-		wc[i] = cq->ring[cq->tail & (cq->size - 1)].wc;
+	tail = sv_cq_idx(&cq->tail);
+	head = sv_cq_idx(&cq->head);
+	for (; i < n && tail != head; i++, tail++)
+		wc[i] = cq->ring[tail & (cq->size - 1)].wc;
+	sv_cq_set_idx(&cq->tail, tail);
 	pthread_spin_unlock(&cq->lock);
 	return i;
 }
@@ -88,7 +95,7 @@ static bool cq_waiting(struct sv_cq *cq)
 	if (!cq)
 		return false;
 	sv_spin_lock(&cq->lock);
-	waiting = cq->tail != cq->head;
+	waiting = !sv_cq_empty(cq);
 	pthread_spin_unlock(&cq->lock);
 	return waiting;
 }
@@ -109,11 +116,12 @@ void sv_cq_arm(struct sv_cq *cq, int solicited_only)
 
 void sv_cq_clean(struct sv_cq *cq, uint32_t qp_num)
 {
-	uint32_t keep;
+	uint32_t keep, head;
 
 	sv_spin_lock(&cq->lock);
-	keep = cq->tail;
-	for (uint32_t i = cq->tail; i != cq->head; i++) {
+	keep = sv_cq_idx(&cq->tail);
+	head = sv_cq_idx(&cq->head);
+	for (uint32_t i = keep; i != head; i++) {
 		struct sv_cqe *e = &cq->ring[i & (cq->size - 1)];
 
 		if (e->wc.qp_num == qp_num)
@@ -122,7 +130,7 @@ void sv_cq_clean(struct sv_cq *cq, uint32_t qp_num)
 			cq->ring[keep & (cq->size - 1)] = *e;
 		keep++;
 	}
-	cq->head = keep;
+	sv_cq_set_idx(&cq->head, keep);
 	pthread_spin_unlock(&cq->lock);
 }
 
@@ -130,25 +138,26 @@ int sv_cq_resize(struct sv_cq *cq, uint32_t cqe)
 {
 	uint32_t size = ring_size_for(cqe);
 	struct sv_cqe *ring = calloc(size, sizeof(*ring)), *old;
-	uint32_t n;
+	uint32_t n, tail;
 
 	if (!ring)
 		return -ENOMEM;
 	sv_spin_lock(&cq->lock);
-	n = cq->head - cq->tail;
+	tail = sv_cq_idx(&cq->tail);
+	n = sv_cq_idx(&cq->head) - tail;
 	if (n > cqe) {
 		pthread_spin_unlock(&cq->lock);
 		free(ring);
 		return -EINVAL;
 	}
 	for (uint32_t i = 0; i < n; i++)
-		ring[i] = cq->ring[(cq->tail + i) & (cq->size - 1)];
+		ring[i] = cq->ring[(tail + i) & (cq->size - 1)];
 	old = cq->ring;
 	cq->ring = ring;
 	cq->size = size;
 	cq->cqe = cqe;
-	cq->tail = 0;
-	cq->head = n;
+	sv_cq_set_idx(&cq->tail, 0);
+	sv_cq_set_idx(&cq->head, n);
 	cq->overflowed = 0;
 	pthread_spin_unlock(&cq->lock);
 	free(old);

@@ -6,6 +6,7 @@
 #ifndef SV_CQ_H
 #define SV_CQ_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "core/sv_obj.h"
@@ -22,6 +23,25 @@ int sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited);
 
 /* Takes up to @n completions. Returns how many. */
 int sv_cq_poll(struct sv_cq *cq, int n, struct ibv_wc *wc);
+
+/* The ring's indices: changed only under cq->lock; these relaxed accesses let
+ * sv_cq_empty look without it. */
+static inline uint32_t sv_cq_idx(const _Atomic uint32_t *i)
+{
+	return atomic_load_explicit(i, memory_order_relaxed);
+}
+
+static inline void sv_cq_set_idx(_Atomic uint32_t *i, uint32_t v)
+{
+	atomic_store_explicit(i, v, memory_order_relaxed);
+}
+
+/* Whether the CQ holds no completion, without its lock: a completion pushed meanwhile
+ * shows at the next look (poll_cq moves the wire only when this says so). */
+static inline bool sv_cq_empty(const struct sv_cq *cq)
+{
+	return sv_cq_idx(&cq->head) == sv_cq_idx(&cq->tail);
+}
 
 /* Arms the CQ: 1 for any completion, 2 for solicited (and error) completions only. */
 void sv_cq_arm(struct sv_cq *cq, int solicited_only);

@@ -119,7 +119,9 @@ struct sv_cq {
 	struct sv_cqe *ring;
 	uint32_t size;            /* slots, a power of two, > cqe */
 	uint32_t cqe;             /* capacity the user asked for (as reported in ibv.cqe) */
-	uint32_t head, tail;      /* free-running producer / consumer */
+	_Atomic uint32_t head, tail; /* free-running producer / consumer: changed under lock
+				 * (relaxed: the lock orders them), peeked without it
+				 * (sv_cq_empty) */
 	int armed;                /* 0, or IBV_WC_... arm: 1 = any, 2 = solicited only */
 	int overflowed;
 	uint64_t wc_flags;        /* what the extended poll reads (ibv_cq_init_attr_ex) */

@@ -205,6 +205,9 @@ static int refill(struct iw_qp *iq)
 		return 0;
 	n = recv(sock_fd(iq), iq->stage + iq->st_len, IW_STAGE - iq->st_len, MSG_DONTWAIT);
 	if (n > 0) {
+		/* Less than asked: the socket held no more (what comes meanwhile, the next
+		 * poll reads). */
+		iq->rx_dry = (size_t)n < IW_STAGE - iq->st_len;
 		iq->st_len += (uint32_t)n;
 		return (int)n;
 	}
@@ -279,6 +282,8 @@ static bool all_in(struct iw_qp *iq, uint32_t need)
 	if (staged >= need)
 		return true;
 	if (need <= IW_STAGE) {
+		if (iq->rx_dry)
+			return false;
 		r = refill(iq);
 		if (r < 0) {
 			iw_link_down(iq, "the connection ended inside an FPDU");
@@ -639,6 +644,10 @@ static int rx_one(struct iw_qp *iq)
 				   &term);
 		if (hl != -EAGAIN)
 			break;
+		/* A ping-pong's message is one read: a second read would only find the socket
+		 * empty, on the latency path. */
+		if (iq->rx_dry)
+			return 0;
 		r = refill(iq);
 		if (r == -ECONNRESET && iq->st_len == iq->st_off) {
 			/* At an FPDU's boundary: the peer left (iw_link_closed, once what was
@@ -759,6 +768,7 @@ int iw_rx_poll(struct iw_qp *iq, int budget)
 {
 	int n = 0;
 
+	iq->rx_dry = false;
 	while (n < budget && atomic_load(&iq->link) == IW_LINK_UP && !atomic_load(&iq->eof)) {
 		int r = rx_one(iq);
 

@@ -175,6 +175,8 @@ struct iw_qp {
 	/* receive (iw_rx.c), under rx_busy */
 	uint8_t stage[IW_STAGE_CAP + 8];
 	uint32_t st_off, st_len;      /* staged bytes [st_off, st_len) */
+	bool rx_dry;                  /* this poll's last read found the socket emptied:
+				 * the next read waits for the next poll */
 	uint32_t rx_msn;              /* the core msn given to the last request delivered */
 	uint32_t rx_ddp_msn[IW_QN_MAX]; /* the next DDP MSN expected on each queue */
 	uint32_t rx_mo;               /* the next message offset expected on queue 0 */
