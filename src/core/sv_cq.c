@@ -88,21 +88,9 @@ int sv_cq_poll(struct sv_cq *cq, int n, struct ibv_wc *wc)
 	return i;
 }
 
-static bool cq_waiting(struct sv_cq *cq)
-{
-	bool waiting;
-
-	if (!cq)
-		return false;
-	sv_spin_lock(&cq->lock);
-	waiting = !sv_cq_empty(cq);
-	pthread_spin_unlock(&cq->lock);
-	return waiting;
-}
-
 bool sv_cq_waiting_for(struct sv_qp *qp)
 {
-	return cq_waiting(qp->scq) || (qp->rcq != qp->scq && cq_waiting(qp->rcq));
+	return (qp->scq && !sv_cq_empty(qp->scq)) || (qp->rcq && !sv_cq_empty(qp->rcq));
 }
 
 void sv_cq_arm(struct sv_cq *cq, int solicited_only)

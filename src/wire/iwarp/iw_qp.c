@@ -902,9 +902,7 @@ static int poll_qp(struct sv_qp *qp)
 	if (atomic_load(&iq->link) == IW_LINK_UP) {
 		if (iw_tx_pending(iq) && !answers_wait(qp, iq) && iw_tx_flush(iq) < 0)
 			iw_link_down(iq, "the socket failed");
-		sv_mr_place_begin(); /* a deregistration waits for what we place */
 		n += iw_rx_poll(iq, IW_BUDGET);
-		sv_mr_place_end();
 		sv_resp_flush(qp);
 	}
 	n += local_answers(qp, iq);

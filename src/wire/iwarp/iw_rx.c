@@ -20,6 +20,7 @@
 
 #include <linux/sock_diag.h>
 
+#include "core/sv_mr.h"
 #include "core/sv_path.h"
 #include "util/sv_app.h"
 #include "util/sv_log.h"
@@ -49,7 +50,8 @@ struct iw_pl {
 	uint32_t cursor;     /* stage offset of the next unconsumed byte */
 	uint32_t plen;       /* payload bytes */
 	uint32_t done;       /* payload bytes consumed */
-	uint32_t crc;
+	uint32_t crc;        /* CRC on: over what was consumed, unless ... */
+	bool checked;        /* ... the whole FPDU was in the stage, its CRC checked */
 	bool failed;         /* the socket failed under the copy */
 };
 
@@ -112,7 +114,7 @@ static bool take(struct iw_pl *pl, const struct iovec *dst, int n_dst, uint64_t 
 				k = dst[i].iov_len - in;
 			sv_copy_to_app((char *)dst[i].iov_base + in, iq->stage + pl->cursor + off, k);
 		}
-		if (iq->crc)
+		if (iq->crc && !pl->checked)
 			pl->crc = iw_crc_update(pl->crc, iq->stage + pl->cursor + off, k);
 		off += k;
 		if (dst && (in += k) == dst[i].iov_len) {
@@ -613,7 +615,7 @@ static bool finish(struct iw_pl *pl, const struct iw_hdr *ih)
 	iq->st_off = pl->cursor;
 	if (iq->st_off == iq->st_len)
 		iq->st_off = iq->st_len = 0;
-	if (!iq->crc)
+	if (!iq->crc || pl->checked)
 		return true;
 	want = iw_crc_final(iw_crc_update(pl->crc, tail, pad));
 	got = iw_crc_get(tail + pad);
@@ -628,8 +630,10 @@ static bool finish(struct iw_pl *pl, const struct iw_hdr *ih)
 	return true;
 }
 
-/* One FPDU: 1 delivered, 0 nothing to do now (or held), -1 the connection went down. */
-static int rx_one(struct iw_qp *iq)
+/* One FPDU: 1 delivered, 0 nothing to do now (or held), -1 the connection went down.
+ * *placing: whether this poll holds the place lock (sv_mr_place_begin), which is taken
+ * before the first delivery: a poll that finds nothing takes no lock. */
+static int rx_one(struct iw_qp *iq, bool *placing)
 {
 	struct sv_qp *qp = iq->qp;
 	struct iw_hdr ih;
@@ -638,6 +642,7 @@ static int rx_one(struct iw_qp *iq)
 	uint32_t need;
 	int hl, r;
 	enum sv_rx res;
+	bool checked;
 
 	for (;;) {
 		hl = iw_hdr_decode(iq->stage + iq->st_off, iq->st_len - iq->st_off, iq->ext, &ih,
@@ -676,7 +681,8 @@ static int rx_one(struct iw_qp *iq)
 	 * that is all in the stage is checked before it is delivered (else a Send would
 	 * complete first); a larger one, placed from the socket, as its bytes pass
 	 * (finish). */
-	if (iq->crc && iq->st_len - iq->st_off >= need) {
+	checked = iq->crc && iq->st_len - iq->st_off >= need;
+	if (checked) {
 		const uint8_t *f = iq->stage + iq->st_off;
 		uint32_t want = iw_crc_final(iw_crc_update(iw_crc_init(), f, need - IW_CRC_BYTES));
 
@@ -702,12 +708,16 @@ static int rx_one(struct iw_qp *iq)
 		peer_terminated(iq, &ih);
 		return -1;
 	}
+	if (!*placing) {
+		sv_mr_place_begin(); /* a deregistration waits for what we place */
+		*placing = true;
+	}
 	{
 		struct iw_pl pl = { .p.copy = copy, .iq = iq, .cursor = iq->st_off + (uint32_t)hl,
-				    .plen = ih.payload_len };
+				    .plen = ih.payload_len, .checked = checked };
 		bool request = ih.opcode != IW_OP_READ_RESP && ih.opcode != IW_OP_ATOMIC_RESP;
 
-		if (iq->crc)
+		if (iq->crc && !checked)
 			pl.crc = iw_crc_update(iw_crc_init(), iq->stage + iq->st_off, (size_t)hl);
 		bool defer_last;
 
@@ -766,16 +776,19 @@ static int rx_one(struct iw_qp *iq)
 
 int iw_rx_poll(struct iw_qp *iq, int budget)
 {
+	bool placing = false;
 	int n = 0;
 
 	iq->rx_dry = false;
 	while (n < budget && atomic_load(&iq->link) == IW_LINK_UP && !atomic_load(&iq->eof)) {
-		int r = rx_one(iq);
+		int r = rx_one(iq, &placing);
 
 		if (r <= 0)
 			break;
 		n++;
 	}
+	if (placing)
+		sv_mr_place_end();
 	return n;
 }
 

@@ -45,7 +45,8 @@ enum {
 				     * cannot hold it (iw_rx.c, all_in) */
 	IW_RDQ = 256,       /* Read Requests and atomics outstanding, each way */
 	IW_FPDU_PAYLOAD = 65472, /* the largest payload of one FPDU between softverbs hosts */
-	IW_TX_STAGE = 512 * 1024, /* CRC on: the payloads being written, copied (iw_tx.c) */
+	IW_TX_STAGE = 512 * 1024, /* the FPDUs being written, copied (iw_tx.c, stage) */
+	IW_TX_SMALL = 2048, /* an FPDU up to this size is copied there whatever the CRC */
 	IW_TERM_MAX = IW_TERM_HDRS_MAX, /* a Terminate's payload: the offending FPDU's start */
 };
 
@@ -61,7 +62,8 @@ enum iw_link {
 };
 extern const char *const iw_link_name[];
 
-/* One FPDU waiting for the socket: header, payload pieces (in the iov ring), pad + CRC. */
+/* One FPDU waiting for the socket: header, payload pieces (in the iov ring), pad + CRC;
+ * once staged, the whole FPDU in one piece of the transmit stage. */
 struct iw_txd {
 	uint8_t head[IW_HDR_UNTAGGED + 4 + IW_TERM_HDRS_MAX > IW_HDR_MAX ?
 			     IW_HDR_UNTAGGED + 4 + IW_TERM_HDRS_MAX : IW_HDR_MAX];
@@ -71,12 +73,15 @@ struct iw_txd {
 	uint8_t flags;       /* IW_TXD_* */
 	uint32_t iov_first;  /* its payload: iovs[iov_first .. + n_iov) of the ring */
 	uint32_t n_iov;
-	uint32_t n_slots;    /* ring slots it holds from iov_first (n_iov once staged: 1) */
+	uint32_t n_slots;    /* ring slots it holds from iov_first */
 	uint32_t ack_msn;    /* a request: complete (locally acknowledged) once written */
+	uint32_t whole_len;  /* IW_TXD_STAGED: its bytes, header to CRC, at whole */
+	uint8_t *whole;
 	uint64_t stage_end;  /* IW_TXD_STAGED: tx_stage_head after its copy */
 };
 /* UNSEALED: CRC on, its CRC not made yet (the writer copies the payload to the transmit
- * stage and makes it over the copy: iw_tx.c, stage); STAGED: its payload is that copy. */
+ * stage and makes it over the copy: iw_tx.c, stage); STAGED: the whole FPDU is a copy in
+ * the stage (whole). */
 enum { IW_TXD_REQ = 1, IW_TXD_READ_DONE = 2, IW_TXD_TERM = 4, IW_TXD_UNSEALED = 8,
        IW_TXD_STAGED = 16 };
 
@@ -159,9 +164,8 @@ struct iw_qp {
 	uint32_t local_nak_status;    /* ... fails with this status (delivered by the poll) */
 	struct iw_txd txq[IW_TXQ];
 	struct iovec iovs[IW_TX_IOVS];
-	/* CRC on: the transmit stage (IW_TX_STAGE bytes, allocated at first use), a ring
-	 * of the payloads of FPDUs queued and not yet written, byte counts; the writer's
-	 * (tx_io) */
+	/* the transmit stage (IW_TX_STAGE bytes, allocated at first use), a ring of copies
+	 * of FPDUs queued and not yet written, byte counts; the writer's (tx_io) */
 	uint8_t *tx_stage;
 	uint64_t tx_stage_head, tx_stage_tail;
 	/* the requester's outstanding Reads and atomics: produced under sq.lock, consumed
@@ -237,7 +241,8 @@ struct iw_params;
  * staged as FPDUs), 0 (not all in yet), -ECONNREFUSED (rejected), -EPROTO, or the
  * connection's end (-errno). */
 int iw_rx_reply(struct iw_qp *iq, struct iw_params *got);
-/* rx_busy: moves what arrived into the core (budget FPDUs). Returns how many. */
+/* rx_busy: moves what arrived into the core (budget FPDUs), holding the place lock
+ * (sv_mr_place_begin) from its first delivery on. Returns how many. */
 int iw_rx_poll(struct iw_qp *iq, int budget);
 
 /* iw_qp.c: a QP of another wire may move to iWARP (at RTR): peers on other hosts can be
