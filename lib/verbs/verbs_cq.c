@@ -86,7 +86,7 @@ static int cqx_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 	sv_engine_note_poll();
 	sv_spin_lock(&cq->lock);
 	if (sv_cq_empty(cq)) {
-		pthread_spin_unlock(&cq->lock);
+		sv_spin_unlock(&cq->lock);
 		return ENOENT;
 	}
 	take_cur(cq);
@@ -105,7 +105,7 @@ static int cqx_next_poll(struct ibv_cq_ex *ibcq)
 
 static void cqx_end_poll(struct ibv_cq_ex *ibcq)
 {
-	pthread_spin_unlock(&to_svcq_ex(ibcq)->lock);
+	sv_spin_unlock(&to_svcq_ex(ibcq)->lock);
 }
 
 static enum ibv_wc_opcode cqx_read_opcode(struct ibv_cq_ex *c) { return to_svcq_ex(c)->cur.wc.opcode; }
@@ -195,7 +195,7 @@ static struct sv_cq *create_cq(struct ibv_context *context, int cqe, void *cq_co
 	cq->ibv.cqe = cqe;
 	pthread_mutex_init(&cq->ibv.mutex, NULL);
 	pthread_cond_init(&cq->ibv.cond, NULL);
-	pthread_spin_init(&cq->qps_lock, PTHREAD_PROCESS_PRIVATE);
+	sv_spin_init(&cq->qps_lock);
 	cq_ex_set_ops(&cq->ibv);
 	if (channel) {
 		cq->chan = to_svchan(channel);
@@ -267,7 +267,6 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 	}
 	atomic_fetch_sub(&to_svctx(ibcq->context)->n_cq, 1);
 	sv_cq_fini(cq);
-	pthread_spin_destroy(&cq->qps_lock);
 	free(cq->qps);
 	pthread_mutex_destroy(&ibcq->mutex);
 	pthread_cond_destroy(&ibcq->cond);

@@ -164,7 +164,7 @@ int sv_verbs_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_s
 	else
 		sv_qp_tx_locked(qp);
 	connect = sv_qp_tx_wants_connect(qp);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_qp_tx_done(qp);
 	if (connect)
 		sv_qp_tx_connect(qp); /* first contact with a destination: no lock held */
@@ -216,7 +216,7 @@ int sv_verbs_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_r
 	}
 	if (qp->attr.qp_state == IBV_QPS_ERR)
 		sv_qp_flush_rq_locked(qp);
-	pthread_spin_unlock(&qp->rq.lock);
+	sv_spin_unlock(&qp->rq.lock);
 	/* A message held for want of a receive may go on now: wake the progress thread (a
 	 * system call only in this case: the sender is waiting on RNR). */
 	if (sv_qp_recv_awaited(qp))
@@ -238,7 +238,7 @@ int sv_verbs_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 		if (!err)
 			write_recv_wqe(&srq->rq, wr);
 	}
-	pthread_spin_unlock(&srq->rq.lock);
+	sv_spin_unlock(&srq->rq.lock);
 	/* A QP held a message for want of a receive here: let it go on. */
 	if (atomic_exchange(&srq->rnr_waiting, 0))
 		sv_engine_kick();
@@ -323,7 +323,7 @@ static int wr_complete(struct ibv_qp_ex *qpx)
 	else if (!err)
 		sv_qp_tx_locked(qp);
 	connect = sv_qp_tx_wants_connect(qp);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_qp_tx_done(qp);
 	if (connect)
 		sv_qp_tx_connect(qp);
@@ -337,7 +337,7 @@ static void wr_abort(struct ibv_qp_ex *qpx)
 
 	qp->wr_pending = 0;
 	qp->wr_cur = NULL;
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 }
 
 static void wr_send(struct ibv_qp_ex *qpx)

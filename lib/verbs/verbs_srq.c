@@ -107,7 +107,7 @@ int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
 		err = EINVAL;
 	if (!err && (mask & IBV_SRQ_LIMIT))
 		srq->srq_limit = attr->srq_limit; /* arms the limit event; 0 disarms */
-	pthread_spin_unlock(&srq->rq.lock);
+	sv_spin_unlock(&srq->rq.lock);
 	return err;
 }
 
@@ -122,7 +122,7 @@ int ibv_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
 	attr->max_wr = srq->rq.max_wr;
 	attr->max_sge = srq->rq.max_sge;
 	attr->srq_limit = srq->srq_limit;
-	pthread_spin_unlock(&srq->rq.lock);
+	sv_spin_unlock(&srq->rq.lock);
 	return 0;
 }
 

@@ -168,11 +168,11 @@ enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 	sv_spin_lock(&qp->sq.lock);
 	if (qp->tx_claimed) {
 		/* A claimed transmit may have sent what this answers without marking it yet. */
-		pthread_spin_unlock(&qp->sq.lock);
+		sv_spin_unlock(&qp->sq.lock);
 		return SV_RX_HOLD;
 	}
 	if (!sv_msn_le(h->msn, qp->next_msn) || (h->op != SV_OP_ACK && !h->msn)) {
-		pthread_spin_unlock(&qp->sq.lock);
+		sv_spin_unlock(&qp->sq.lock);
 		return SV_RX_CONSUMED;
 	}
 	switch (h->op) {
@@ -222,7 +222,7 @@ enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 	 * QP's progress transmits next (sv_qp_progress). */
 	if (qp->sq_next != qp->sq.head)
 		sv_set_hint(qp->tx_kick, true);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	return SV_RX_CONSUMED;
 }
 

@@ -28,13 +28,12 @@ int sv_cq_init(struct sv_cq *cq, uint32_t cqe)
 	cq->cqe = cqe;
 	sv_cq_set_idx(&cq->head, 0);
 	sv_cq_set_idx(&cq->tail, 0);
-	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+	sv_spin_init(&cq->lock);
 	return 0;
 }
 
 void sv_cq_fini(struct sv_cq *cq)
 {
-	pthread_spin_destroy(&cq->lock);
 	free(cq->ring);
 	cq->ring = NULL;
 }
@@ -51,7 +50,7 @@ int sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 	if (head - sv_cq_idx(&cq->tail) >= cq->cqe) {
 		overrun = !cq->overflowed;
 		cq->overflowed = 1;
-		pthread_spin_unlock(&cq->lock);
+		sv_spin_unlock(&cq->lock);
 		if (overrun)
 			sv_async_raise(to_svctx(cq->ibv.context), IBV_EVENT_CQ_ERR, cq);
 		return -ENOSPC;
@@ -67,7 +66,7 @@ int sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 		cq->armed = 0;
 		notify = cq->chan;
 	}
-	pthread_spin_unlock(&cq->lock);
+	sv_spin_unlock(&cq->lock);
 	if (notify)
 		sv_chan_notify(notify, cq);
 	return 0;
@@ -84,7 +83,7 @@ int sv_cq_poll(struct sv_cq *cq, int n, struct ibv_wc *wc)
 	for (; i < n && tail != head; i++, tail++)
 		wc[i] = cq->ring[tail & (cq->size - 1)].wc;
 	sv_cq_set_idx(&cq->tail, tail);
-	pthread_spin_unlock(&cq->lock);
+	sv_spin_unlock(&cq->lock);
 	return i;
 }
 
@@ -99,7 +98,7 @@ void sv_cq_arm(struct sv_cq *cq, int solicited_only)
 	/* An arm for any completion is not narrowed by a later solicited-only arm. */
 	if (cq->armed != 1)
 		cq->armed = solicited_only ? 2 : 1;
-	pthread_spin_unlock(&cq->lock);
+	sv_spin_unlock(&cq->lock);
 }
 
 void sv_cq_clean(struct sv_cq *cq, uint32_t qp_num)
@@ -119,7 +118,7 @@ void sv_cq_clean(struct sv_cq *cq, uint32_t qp_num)
 		keep++;
 	}
 	sv_cq_set_idx(&cq->head, keep);
-	pthread_spin_unlock(&cq->lock);
+	sv_spin_unlock(&cq->lock);
 }
 
 int sv_cq_resize(struct sv_cq *cq, uint32_t cqe)
@@ -134,7 +133,7 @@ int sv_cq_resize(struct sv_cq *cq, uint32_t cqe)
 	tail = sv_cq_idx(&cq->tail);
 	n = sv_cq_idx(&cq->head) - tail;
 	if (n > cqe) {
-		pthread_spin_unlock(&cq->lock);
+		sv_spin_unlock(&cq->lock);
 		free(ring);
 		return -EINVAL;
 	}
@@ -147,7 +146,7 @@ int sv_cq_resize(struct sv_cq *cq, uint32_t cqe)
 	sv_cq_set_idx(&cq->tail, 0);
 	sv_cq_set_idx(&cq->head, n);
 	cq->overflowed = 0;
-	pthread_spin_unlock(&cq->lock);
+	sv_spin_unlock(&cq->lock);
 	free(old);
 	return 0;
 }
@@ -248,7 +247,7 @@ int sv_cq_attach_qp(struct sv_cq *cq, struct sv_qp *qp)
 	}
 	if (!err)
 		cq->qps[cq->n_qps++] = qp;
-	pthread_spin_unlock(&cq->qps_lock);
+	sv_spin_unlock(&cq->qps_lock);
 	return err;
 }
 
@@ -261,5 +260,5 @@ void sv_cq_detach_qp(struct sv_cq *cq, struct sv_qp *qp)
 			break;
 		}
 	}
-	pthread_spin_unlock(&cq->qps_lock);
+	sv_spin_unlock(&cq->qps_lock);
 }

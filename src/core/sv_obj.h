@@ -28,6 +28,7 @@
 #include "core/sv_wq.h"
 #include "core/sv_wire.h"
 #include "core/sv_xrcd.h"
+#include "util/sv_lock.h"
 
 #define sv_container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -115,7 +116,7 @@ struct sv_cqe {
 
 struct sv_cq {
 	struct ibv_cq_ex ibv;     /* ibv_cq is its prefix: cast either way */
-	pthread_spinlock_t lock;  /* guards the ring, cur and the arm state */
+	sv_spinlock_t lock;  /* guards the ring, cur and the arm state */
 	struct sv_cqe *ring;
 	uint32_t size;            /* slots, a power of two, > cqe */
 	uint32_t cqe;             /* capacity the user asked for (as reported in ibv.cqe) */
@@ -134,7 +135,7 @@ struct sv_cq {
 	uint32_t comp_events_reported;  /* under ibv.mutex */
 	uint32_t async_events_reported; /* under ibv.mutex */
 	atomic_int usecnt;        /* QPs using this CQ */
-	pthread_spinlock_t qps_lock; /* guards qps: the QPs whose work poll_cq moves */
+	sv_spinlock_t qps_lock; /* guards qps: the QPs whose work poll_cq moves */
 	struct sv_qp **qps;
 	int n_qps, cap_qps;
 };

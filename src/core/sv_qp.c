@@ -63,7 +63,7 @@ void sv_qp_sq_lock_unclaimed(struct sv_qp *qp)
 	sv_spin_lock(&qp->sq.lock);
 	/* Bounded: the claimer copies one WQE's data (or gives up on a helper in time). */
 	while (qp->tx_claimed) {
-		pthread_spin_unlock(&qp->sq.lock);
+		sv_spin_unlock(&qp->sq.lock);
 		sched_yield();
 		sv_spin_lock(&qp->sq.lock);
 	}
@@ -77,7 +77,7 @@ static void drop_peers(struct sv_qp *qp)
 		qp->wire->direct_abandon(qp);
 	sv_set_hint(qp->connect_pending, false);
 	qp->want_connect = false;
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_rx_unlock(qp);
 	qp->wire->disconnect(qp);
 }
@@ -171,8 +171,8 @@ void sv_qp_set_state(struct sv_qp *qp, enum ibv_qp_state state)
 	sv_spin_lock(&qp->sq.lock);
 	sv_spin_lock(&qp->rq.lock);
 	qp->attr.qp_state = state;
-	pthread_spin_unlock(&qp->rq.lock);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->rq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	atomic_store(&qp->pub.state, state);
 	qp->wire->publish(qp);
 }
@@ -195,10 +195,10 @@ static void qp_drain(struct sv_qp *qp)
 	sv_set_hint(qp->rnr_deadline, 0);
 	sv_set_hint(qp->tx_blocked, false);
 	sv_set_hint(qp->tx_kick, false);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_spin_lock(&qp->rq.lock);
 	sv_wq_reset(&qp->rq);
-	pthread_spin_unlock(&qp->rq.lock);
+	sv_spin_unlock(&qp->rq.lock);
 	if (qp->scq)
 		sv_cq_clean(qp->scq, qp->ibv.qp_base.qp_num);
 	if (qp->rcq && qp->rcq != qp->scq)
@@ -229,7 +229,7 @@ static void qp_connect(struct sv_qp *qp)
 	/* Not there (yet): sends will find out (RETRY_EXC_ERR). */
 	sv_set_hint(qp->connect_pending, err != 0);
 	sv_set_hint(qp->rtr_connecting, false);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_rx_unlock(qp);
 	if (conn)
 		qp->wire->release(qp, conn);
@@ -260,7 +260,7 @@ void sv_qp_data_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state
 	case IBV_QPS_ERR:
 		sv_spin_lock(&qp->sq.lock);
 		sv_qp_flush_sq_locked(qp);
-		pthread_spin_unlock(&qp->sq.lock);
+		sv_spin_unlock(&qp->sq.lock);
 		/* A receive a SEND in segments had begun to fill is flushed first (it left the
 		 * queue when its first segment came). */
 		sv_rx_lock(qp);
@@ -278,7 +278,7 @@ void sv_qp_data_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state
 		sv_rx_unlock(qp);
 		sv_spin_lock(&qp->rq.lock);
 		sv_qp_flush_rq_locked(qp);
-		pthread_spin_unlock(&qp->rq.lock);
+		sv_spin_unlock(&qp->rq.lock);
 		/* The peer learns that we left; its outstanding work then fails. */
 		drop_peers(qp);
 		/* IBA 10.3.1: a QP on an SRQ that enters Error reports Last WQE Reached. */
@@ -308,7 +308,7 @@ void sv_qp_settle_locked(struct sv_qp *qp)
 			sv_qp_set_state(qp, IBV_QPS_SQE);
 			sv_spin_lock(&qp->sq.lock);
 			sv_qp_flush_sq_locked(qp);
-			pthread_spin_unlock(&qp->sq.lock);
+			sv_spin_unlock(&qp->sq.lock);
 		}
 	} else if (cur != IBV_QPS_ERR && cur != IBV_QPS_RESET) {
 		sv_qp_set_state(qp, IBV_QPS_ERR);
@@ -374,14 +374,14 @@ int sv_qp_progress(struct sv_qp *qp)
 	if (qp->wire->timers)
 		n += qp->wire->timers(qp);
 	if ((sv_hint(qp->tx_blocked) || sv_hint(qp->tx_kick) || sv_hint(qp->rnr_deadline) ||
-	     sv_hint(qp->connect_pending)) && !pthread_spin_trylock(&qp->sq.lock)) {
+	     sv_hint(qp->connect_pending)) && sv_spin_trylock(&qp->sq.lock)) {
 		bool connect;
 
 		n += sv_comp_timers(qp);
 		if (sv_hint(qp->tx_blocked) || sv_hint(qp->tx_kick))
 			sv_qp_tx_locked(qp);
 		connect = sv_qp_tx_wants_connect(qp);
-		pthread_spin_unlock(&qp->sq.lock);
+		sv_spin_unlock(&qp->sq.lock);
 		sv_qp_tx_done(qp);
 		if (connect)
 			sv_qp_tx_connect(qp);
@@ -450,7 +450,7 @@ void sv_cq_progress(struct sv_cq *cq)
 			atomic_fetch_add_explicit(&pinned[n]->eng_ref, 1, memory_order_relaxed);
 			n++;
 		}
-		pthread_spin_unlock(&cq->qps_lock);
+		sv_spin_unlock(&cq->qps_lock);
 		for (int i = 0; i < n; i++) {
 			atomic_store_explicit(&pinned[i]->polled_look, look, memory_order_relaxed);
 			sv_qp_progress(pinned[i]);

@@ -59,13 +59,13 @@ static void list_members(struct sv_qp *qp)
 
 	sv_spin_lock(&qp->sq.lock);
 	if (!qp->want_members || qp->listing || qp->sq_next == qp->sq.head) {
-		pthread_spin_unlock(&qp->sq.lock);
+		sv_spin_unlock(&qp->sq.lock);
 		return;
 	}
 	qp->listing = true;
 	mgid = ((struct sv_send_wqe *)sv_wq_slot(&qp->sq, qp->sq_next))->ud.dgid;
 	gen = qp->tx_gen;
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	n = qp->wire->mcast_members ? qp->wire->mcast_members(qp, &mgid, qpns, SV_MCAST_MEMBERS_MAX)
 				    : 0;
 	sv_spin_lock(&qp->sq.lock);
@@ -79,7 +79,7 @@ static void list_members(struct sv_qp *qp)
 		qp->mc_valid = true;
 		sv_qp_tx_locked(qp);
 	}
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_qp_tx_done(qp);
 }
 
@@ -95,11 +95,11 @@ void sv_qp_tx_connect(struct sv_qp *qp)
 	/* One thread attaches at a time (the poster, or the progress thread): a second
 	 * attach to the same QP would only be undone. */
 	if (!qp->want_connect || qp->connecting) {
-		pthread_spin_unlock(&qp->sq.lock);
+		sv_spin_unlock(&qp->sq.lock);
 		return;
 	}
 	qp->connecting = true;
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	err = qp->wire->connect(qp, qpn, &conn);
 	/* The QP's peer changes under both rx_busy and sq.lock (the responder answers it). */
 	sv_rx_lock(qp);
@@ -118,7 +118,7 @@ void sv_qp_tx_connect(struct sv_qp *qp)
 	} else {
 		sv_rx_unlock(qp);
 	}
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_qp_tx_done(qp);
 	if (conn)
 		qp->wire->release(qp, conn); /* not kept, or not wanted any more */
@@ -157,7 +157,7 @@ static uint32_t tx_claim(struct sv_qp *qp)
 	uint32_t gen = qp->tx_gen;
 
 	qp->tx_claimed = true;
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_qp_tx_done(qp); /* what was sent before the copy goes before it */
 	return gen;
 }

@@ -46,7 +46,7 @@ static bool take_recv(struct sv_qp *qp, struct sv_recv *out)
 			limit = true;
 		}
 	}
-	pthread_spin_unlock(&wq->lock);
+	sv_spin_unlock(&wq->lock);
 	if (limit)
 		sv_async_raise(qp->rx_dst.ctx, IBV_EVENT_SRQ_LIMIT_REACHED, &srq->ibv);
 	return got;

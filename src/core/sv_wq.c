@@ -22,7 +22,7 @@ static int wq_init(struct sv_wq *wq, uint32_t max_wr, uint32_t stride)
 	wq->buf = calloc(wq->size, wq->stride);
 	if (!wq->buf)
 		return -ENOMEM;
-	pthread_spin_init(&wq->lock, PTHREAD_PROCESS_PRIVATE);
+	sv_spin_init(&wq->lock);
 	return 0;
 }
 
@@ -49,7 +49,6 @@ void sv_wq_destroy(struct sv_wq *wq)
 {
 	if (!wq->buf)
 		return;
-	pthread_spin_destroy(&wq->lock);
 	free(wq->buf);
 	wq->buf = NULL;
 }

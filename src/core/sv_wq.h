@@ -70,7 +70,7 @@ struct sv_recv {
 };
 
 struct sv_wq {
-	pthread_spinlock_t lock; /* guards head, tail and the slots */
+	sv_spinlock_t lock; /* guards head, tail and the slots */
 	unsigned char *buf;
 	uint32_t stride;  /* bytes per slot */
 	uint32_t size;    /* slots, a power of two, >= max_wr */

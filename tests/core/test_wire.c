@@ -291,7 +291,7 @@ static void disconnect(struct sv_qp *qp)
 	sv_spin_lock(&qp->sq.lock);
 	peer = atomic_exchange(&e->peer, 0);
 	atomic_store(&e->peer_left, false);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_rx_unlock(qp);
 	/* The peer learns that we left (its timers then fail what waits for us). */
 	p = ep_of(peer);
@@ -493,11 +493,11 @@ static int timers(struct sv_qp *qp)
 	pthread_mutex_lock(&e->lock);
 	empty = e->n == 0;
 	pthread_mutex_unlock(&e->lock);
-	if (empty && !pthread_spin_trylock(&qp->sq.lock)) {
+	if (empty && sv_spin_trylock(&qp->sq.lock)) {
 		atomic_store(&e->peer, 0);
 		atomic_store(&e->peer_left, false);
 		sv_comp_peer_gone(qp);
-		pthread_spin_unlock(&qp->sq.lock);
+		sv_spin_unlock(&qp->sq.lock);
 	}
 	sv_rx_unlock(qp);
 	return 1;

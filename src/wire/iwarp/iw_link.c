@@ -77,6 +77,6 @@ bool iw_link_closed(struct iw_qp *iq, bool goodbye)
 	/* As a peer that left on one host: what waits for an answer gets none. */
 	sv_spin_lock(&qp->sq.lock);
 	sv_comp_peer_gone(qp);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	return true;
 }

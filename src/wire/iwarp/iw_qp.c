@@ -212,7 +212,6 @@ static int setup(struct sv_qp *qp, uint32_t *qpn)
 	}
 	sv_engine_unlock();
 	if (err) {
-		pthread_spin_destroy(&iq->txq_lock);
 		free(iq->dial_want);
 		free(iq);
 		return err;
@@ -252,7 +251,6 @@ static void teardown(struct sv_qp *qp, bool keep_qpn)
 	sv_engine_unlock();
 	if (fd >= 0)
 		close(fd);
-	pthread_spin_destroy(&iq->txq_lock);
 	free(iq->dial_want);
 	free(iq->tx_stage);
 	free(iq);
@@ -481,7 +479,7 @@ static void disconnect(struct sv_qp *qp)
 
 		sv_spin_lock(&qp->sq.lock);
 		iw_tx_terminate(iq, &bye, NULL, 0);
-		pthread_spin_unlock(&qp->sq.lock);
+		sv_spin_unlock(&qp->sq.lock);
 	}
 	fd = iw_tx_take_fd(iq, 100);
 	sv_rx_lock(qp);
@@ -492,7 +490,7 @@ static void disconnect(struct sv_qp *qp)
 	iq->adopted = false;
 	iw_tx_reset(iq);
 	iw_rx_reset(iq);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_rx_unlock(qp);
 	if (fd >= 0) {
 		sv_engine_lock();
@@ -551,7 +549,7 @@ static void probe(struct sv_qp *qp, struct iw_qp *iq)
 		return;
 	sv_spin_lock(&qp->sq.lock);
 	iw_tx_probe(iq);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 }
 
 static void flush(struct sv_qp *qp)
@@ -654,7 +652,7 @@ static void adopt(struct sv_qp *qp, struct iw_qp *iq)
 	atomic_store(&iq->fd, fd);
 	iq->watch = watch;
 	atomic_store(&iq->link, IW_LINK_UP);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_set_hint(qp->tx_kick, true); /* what waited for the peer goes now */
 	if (!sv_engine_on_thread())
 		sv_engine_kick(); /* the progress thread watches the new socket */
@@ -674,7 +672,7 @@ static void redial_later(struct sv_qp *qp, struct iw_qp *iq)
 	iq->watch = 0;
 	atomic_store(&iq->link, IW_LINK_REDIAL);
 	atomic_store(&iq->redial_at, sv_now_ns() + iq->redial_wait_ms * 1000000ull);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_dbg("iwarp qp %u: the dial to qp %u broke before the reply: again in %u ms", iq->qpn,
 	       iq->peer_qpn, iq->redial_wait_ms);
 	if (iq->redial_wait_ms < 1000)
@@ -726,7 +724,7 @@ static void redial(struct sv_qp *qp, struct iw_qp *iq)
 		if (iq->redial_wait_ms < 1000)
 			iq->redial_wait_ms *= 2;
 	}
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_rx_unlock(qp);
 	if (fd >= 0) { /* not wanted any more */
 		sv_engine_lock();
@@ -767,7 +765,7 @@ static void dialing(struct sv_qp *qp, struct iw_qp *iq)
 		iq->ird = IW_IRD_ORD_MAX;
 	iq->ord = got.ird;
 	atomic_store(&iq->link, IW_LINK_UP);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_set_hint(qp->tx_kick, true);
 	sv_dbg("iwarp qp %u: connection to qp %u up (crc %d, ext %d)", iq->qpn, iq->peer_qpn,
 	       iq->crc, iq->ext);
@@ -804,7 +802,7 @@ int iw_qp_adopt(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t ird, uint
 	atomic_store(&iq->fd, fd);
 	iq->watch = watch;
 	atomic_store(&iq->link, IW_LINK_UP);
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	sv_rx_unlock(qp);
 	sv_engine_kick();
 	sv_dbg("iwarp qp %u: adopted a stream (crc %d, ext %d, ird %u, ord %u)", iq->qpn, crc,

@@ -28,7 +28,7 @@ enum { SINK_STAG = 0x5f000000u }; /* the STag our Read Requests name for their s
 
 void iw_tx_init(struct iw_qp *iq)
 {
-	pthread_spin_init(&iq->txq_lock, PTHREAD_PROCESS_PRIVATE);
+	sv_spin_init(&iq->txq_lock);
 	atomic_flag_clear(&iq->tx_io);
 	iw_tx_reset(iq);
 }
@@ -124,13 +124,13 @@ static int put_pub(struct iw_qp *iq, struct iw_hdr *ih, const struct iovec *iov,
 	if (head - atomic_load_explicit(&iq->tx_tail, memory_order_acquire) >= IW_TXQ ||
 	    ihead - atomic_load_explicit(&iq->iov_tail, memory_order_acquire) + (uint32_t)n_iov >
 		    IW_TX_IOVS) {
-		pthread_spin_unlock(&iq->txq_lock);
+		sv_spin_unlock(&iq->txq_lock);
 		return -EAGAIN;
 	}
 	d = &iq->txq[head % IW_TXQ];
 	hl = iw_hdr_encode(d->head, ih);
 	if (hl < 0) {
-		pthread_spin_unlock(&iq->txq_lock);
+		sv_spin_unlock(&iq->txq_lock);
 		sv_err("iwarp qp %u: cannot encode %s (%u bytes)", iq->qpn, iw_op_name(ih->opcode),
 		       len);
 		return 0; /* a bug of ours: dropped, the QP's peer will terminate */
@@ -152,7 +152,7 @@ static int put_pub(struct iw_qp *iq, struct iw_hdr *ih, const struct iovec *iov,
 		atomic_store_explicit(pub, pub_val, memory_order_release);
 	atomic_store_explicit(&iq->iov_head, ihead + (uint32_t)n, memory_order_release);
 	atomic_store_explicit(&iq->tx_head, head + 1, memory_order_release);
-	pthread_spin_unlock(&iq->txq_lock);
+	sv_spin_unlock(&iq->txq_lock);
 	return 0;
 }
 
@@ -169,7 +169,7 @@ void iw_tx_terminate(struct iw_qp *iq, const struct iw_term *t, const void *bad,
 	sv_spin_lock(&iq->txq_lock);
 	head = atomic_load_explicit(&iq->tx_head, memory_order_relaxed);
 	if (head - atomic_load_explicit(&iq->tx_tail, memory_order_acquire) >= IW_TXQ) {
-		pthread_spin_unlock(&iq->txq_lock);
+		sv_spin_unlock(&iq->txq_lock);
 		return; /* best effort: the connection ends anyway */
 	}
 	d = &iq->txq[head % IW_TXQ];
@@ -178,7 +178,7 @@ void iw_tx_terminate(struct iw_qp *iq, const struct iw_term *t, const void *bad,
 	if (len < 0)
 		len = iw_term_encode(d->head, sizeof(d->head), t, NULL, 0);
 	if (len < 0) {
-		pthread_spin_unlock(&iq->txq_lock);
+		sv_spin_unlock(&iq->txq_lock);
 		return;
 	}
 	d->head_len = (uint16_t)len;
@@ -189,7 +189,7 @@ void iw_tx_terminate(struct iw_qp *iq, const struct iw_term *t, const void *bad,
 	d->flags = IW_TXD_TERM;
 	seal(iq, d, NULL, 0, 0);
 	atomic_store_explicit(&iq->tx_head, head + 1, memory_order_release);
-	pthread_spin_unlock(&iq->txq_lock);
+	sv_spin_unlock(&iq->txq_lock);
 }
 
 /* Why the responder refused the peer's access to our memory (the core's NAK says only

@@ -141,7 +141,7 @@ struct iw_qp {
 	_Atomic bool armed;
 
 	/* transmit (iw_tx.c) */
-	pthread_spinlock_t txq_lock;  /* guards tx_head and iov_head (the producers) */
+	sv_spinlock_t txq_lock;  /* guards tx_head and iov_head (the producers) */
 	atomic_flag tx_io;            /* the writer */
 	_Atomic uint32_t tx_head, tx_tail;
 	_Atomic uint32_t iov_head, iov_tail;

@@ -223,7 +223,7 @@ void shm_qp_disconnect(struct sv_qp *qp)
 	atomic_store(&s->peer_left, false);
 	d = s->ud_dests;
 	s->ud_dests = NULL;
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	rx_unlock(qp);
 	shm_forget_wake(s, peer);
 	shm_conn_disconnect(peer);
@@ -264,7 +264,7 @@ int shm_qp_timers(struct sv_qp *qp)
 	    atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
 		return 0;
 	/* Not while a claimed copy may be using the peer: the next pass will do. */
-	if (!shm_fifo_peek(s->rx, &pos) && !pthread_spin_trylock(&qp->sq.lock)) {
+	if (!shm_fifo_peek(s->rx, &pos) && sv_spin_trylock(&qp->sq.lock)) {
 		if (!qp->tx_claimed) {
 			shm_direct_abandon(qp);
 			gone = s->peer;
@@ -274,7 +274,7 @@ int shm_qp_timers(struct sv_qp *qp)
 			atomic_store(&s->peer_left, false);
 			sv_comp_peer_gone(qp);
 		}
-		pthread_spin_unlock(&qp->sq.lock);
+		sv_spin_unlock(&qp->sq.lock);
 	}
 	rx_unlock(qp);
 	shm_forget_wake(s, gone);
@@ -359,11 +359,11 @@ struct sv_qp *shm_qp_local_peer(struct sv_qp *qp)
 	uint32_t qpn = 0;
 
 	/* The flag is a hint; the lock confirms (and nothing waits for it). */
-	if (!hint(s->peer_local) || pthread_spin_trylock(&qp->sq.lock))
+	if (!hint(s->peer_local) || !sv_spin_trylock(&qp->sq.lock))
 		return NULL;
 	if (s->peer && s->peer->sock < 0 && qp->sq.tail != qp->sq_next)
 		qpn = s->peer->qpn;
-	pthread_spin_unlock(&qp->sq.lock);
+	sv_spin_unlock(&qp->sq.lock);
 	return qpn ? shm_conn_pin_qp(qpn) : NULL;
 }
 
