@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -71,39 +72,53 @@ static void publish(struct sv_mr_entry *slot, const struct sv_mr_entry *e, uint3
 
 /*
  * This process's library places data into registered memory itself — the responder's
- * bounce WRITEs, READ answers, atomics, receives, copy assist — under the read side of
- * this lock. Removing or changing a slot then takes the write side once: when
- * ibv_dereg_mr or ibv_rereg_mr returns, nothing that found the old key valid is still
- * copying, and the owner may unmap the memory (a NIC's driver waits for in-flight DMA
- * the same way). Writers first: placements cannot starve a deregistration.
+ * bounce WRITEs, READ answers, atomics, receives, copy assist — between
+ * sv_mr_place_begin and sv_mr_place_end. Removing or changing a slot then waits once for
+ * every placement under way (place_fence): when ibv_dereg_mr or ibv_rereg_mr returns,
+ * nothing that found the old key valid is still copying, and the owner may unmap the
+ * memory (a NIC's driver waits for in-flight DMA the same way). A fence goes first:
+ * placements that begin while it waits step back until it is done, so they cannot
+ * starve it. Nothing is placed under a fence's wait, nor fenced under a placement.
+ *
+ * Two counters and sequentially consistent order (a reader raises placing, then looks
+ * at fencing; a fence raises fencing, then looks at placing): of a placement and a fence
+ * that meet, at least one sees the other. A pthread rwlock did this with two calls into
+ * libc and their compare-and-swap loops on every poll that placed.
  */
-static pthread_rwlock_t place_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+static _Atomic uint32_t placing; /* placements under way */
+static _Atomic uint32_t fencing; /* fences waiting for them */
 
 void sv_mr_place_begin(void)
 {
-	pthread_rwlock_rdlock(&place_lock);
+	for (;;) {
+		atomic_fetch_add(&placing, 1);
+		if (!atomic_load(&fencing))
+			return;
+		atomic_fetch_sub_explicit(&placing, 1, memory_order_release);
+		while (atomic_load_explicit(&fencing, memory_order_acquire))
+			sched_yield();
+	}
 }
 
 void sv_mr_place_end(void)
 {
-	pthread_rwlock_unlock(&place_lock);
+	/* Release: what was placed is seen by the fence that finds placing at 0. */
+	atomic_fetch_sub_explicit(&placing, 1, memory_order_release);
 }
 
 void sv_mr_place_after_fork(void)
 {
-	pthread_rwlockattr_t a;
-
-	/* The child has no placing thread; the parent's may have held the read side. */
-	pthread_rwlockattr_init(&a);
-	pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	pthread_rwlock_init(&place_lock, &a);
-	pthread_rwlockattr_destroy(&a);
+	/* The child has no placing thread; the parent's may have been placing. */
+	atomic_store(&placing, 0);
+	atomic_store(&fencing, 0);
 }
 
 static void place_fence(void)
 {
-	pthread_rwlock_wrlock(&place_lock);
-	pthread_rwlock_unlock(&place_lock);
+	atomic_fetch_add(&fencing, 1);
+	while (atomic_load(&placing))
+		sched_yield();
+	atomic_fetch_sub(&fencing, 1);
 }
 
 int sv_mr_table_add(struct sv_mr_table *t, const struct sv_mr_entry *e, uint32_t *index,
