@@ -246,11 +246,16 @@ int sv_comp_timers(struct sv_qp *qp)
 
 void sv_comp_peer_gone(struct sv_qp *qp)
 {
+	bool reliable = sv_qp_type_reliable(qp->ibv.qp_base.qp_type);
+
 	/* What still waits for an answer will never get one (IBA 9.7.5.1.1). */
 	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
 		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
 
-		if (w->state == SV_WQE_WAIT) {
+		if (w->state == SV_WQE_WAIT && !reliable) {
+			/* UC: a message to a peer that left is lost, as on one host (tx_lost). */
+			sv_wqe_done(w, IBV_WC_SUCCESS);
+		} else if (w->state == SV_WQE_WAIT) {
 			/* Behind a WR whose error is already reported, the QP is on its way to
 			 * Error: what follows is flushed, not failed anew (IBA 10.8.3.3). */
 			sv_wqe_done(w, qp->sq_failed ? IBV_WC_WR_FLUSH_ERR : IBV_WC_RETRY_EXC_ERR);

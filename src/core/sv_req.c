@@ -210,6 +210,9 @@ static enum tx_result tx_message(struct sv_qp *qp, struct sv_send_wqe *w, struct
 	uint8_t last_flags = proto->flags & (SV_F_IMM | SV_F_SOLICITED);
 	uint64_t seg;
 
+	/* A wire that reads the payload later: until it did, the buffer is not the
+	 * application's again (IBA 10.8.3), so even a UC message waits for its ACK. */
+	acked = acked || (wire->caps & SV_WIRE_LATE);
 	proto->total = total;
 	seg = total <= wire->seg_min ? total : wire->seg_max(qp, proto);
 	do {

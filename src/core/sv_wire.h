@@ -101,6 +101,9 @@ enum sv_wire_caps {
 	SV_WIRE_DIRECT = 1 << 4,  /* the direct op can place a WRITE or READ itself */
 	SV_WIRE_ORDERED = 1 << 5, /* segments arrive in order, exactly once */
 	SV_WIRE_SEND_IMM = 1 << 6, /* SEND with immediate */
+	SV_WIRE_LATE = 1 << 7,    /* the payload is read after send returns (when the wire
+				   * writes it out): a message nobody acknowledges completes at
+				   * the wire's own ACK once it left, not when handed over */
 };
 
 /* Whether a QP's peer can take a message now (sv_wire_ops.reach). */

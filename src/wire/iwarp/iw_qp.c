@@ -992,7 +992,7 @@ static int timers(struct sv_qp *qp)
  * Send with Immediate has no iWARP form at all. */
 static uint32_t conn_caps(struct sv_qp *qp)
 {
-	uint32_t caps = SV_WIRE_ACKED | SV_WIRE_ORDERED;
+	uint32_t caps = SV_WIRE_ACKED | SV_WIRE_ORDERED | SV_WIRE_LATE;
 
 	if (iw_of(qp)->ext)
 		caps |= SV_WIRE_ATOMICS | SV_WIRE_IMM;
@@ -1007,7 +1007,7 @@ static uint32_t bad_pkeys(struct sv_qp *qp)
 
 const struct sv_wire_ops sv_wire_iwarp = {
 	.name = "iwarp",
-	.caps = SV_WIRE_ACKED | SV_WIRE_ORDERED | SV_WIRE_ATOMICS | SV_WIRE_IMM,
+	.caps = SV_WIRE_ACKED | SV_WIRE_ORDERED | SV_WIRE_ATOMICS | SV_WIRE_IMM | SV_WIRE_LATE,
 	.conn_caps = conn_caps,
 	.seg_min = IW_FPDU_PAYLOAD,
 	.qp_init = qp_init,
