@@ -35,7 +35,7 @@ enum {
 	IW_BUDGET = 64,          /* FPDUs per poll */
 	IW_DIAL_TIMEOUT_MS = 3000,
 	IW_IRD_ORD_MAX = 128,    /* as siw (RFC 6581 words hold 14 bits) */
-	IW_SETUP_GRACE_MS = 1000, /* the connection's set-up, before the retry timer runs */
+	IW_SETUP_GRACE_MS = 2000, /* the connection's set-up, before the retry timer runs */
 	IW_REDIAL_MAX_MS = 4000,  /* ... and how long after it a port nobody answers is dialed */
 };
 
