@@ -882,6 +882,25 @@ static bool answers_wait(struct sv_qp *qp, struct iw_qp *iq)
 	return false;
 }
 
+/*
+ * A write failed: the peer reset the connection. What it sent before the reset is read
+ * first, a Terminate saying why among it (a peer that refused our Write closes at once,
+ * and the Writes still coming make its close a reset, RFC 1122 4.2.2.13); the link then
+ * goes down, unless that Terminate ended it already or the stream ended in order (the
+ * peer's goodbye, judged by iw_link_closed). Bounded: a reset socket holds what
+ * it held, and reads fail after it.
+ */
+static int write_failed(struct iw_qp *iq)
+{
+	int n = 0, r;
+
+	while (atomic_load(&iq->link) == IW_LINK_UP && (r = iw_rx_poll(iq, IW_BUDGET)) > 0)
+		n += r;
+	if (!atomic_load(&iq->eof)) /* an end in order: iw_link_closed judges it */
+		iw_link_down(iq, "the socket failed");
+	return n;
+}
+
 static int poll_qp(struct sv_qp *qp)
 {
 	struct iw_qp *iq = iw_of(qp);
@@ -895,11 +914,11 @@ static int poll_qp(struct sv_qp *qp)
 		dialing(qp, iq);
 	if (atomic_load(&iq->fatal)) {
 		atomic_store(&iq->fatal, false);
-		iw_link_down(iq, "the socket failed");
+		n += write_failed(iq);
 	}
 	if (atomic_load(&iq->link) == IW_LINK_UP) {
 		if (iw_tx_pending(iq) && !answers_wait(qp, iq) && iw_tx_flush(iq) < 0)
-			iw_link_down(iq, "the socket failed");
+			n += write_failed(iq);
 		n += iw_rx_poll(iq, IW_BUDGET);
 		sv_resp_flush(qp);
 	}
