@@ -778,13 +778,14 @@ static bool agent_has_qp(const struct tp_ep *ep, int qp, struct tp_rep *rep)
 
 /*
  * The wire layout the rogue agent writes into (src/wire/shm/shm_msg.h, shm_fifo.h): a
- * segment is a 4096-byte page (magic, pid, QP number first) and then the fifo: tail,
+ * segment is a 4096-byte page (magic, pid, QP number first; at 640 the word a peer's
+ * ACK is written to) and then the fifo: tail,
  * head, armed and size on cache lines of their own, then 2048 slots of 64 bytes, each a
  * sequence word and a message header whose first bytes are op, flags and a 16-bit slot
  * count.
  */
 enum {
-	SEG_MAGIC = 0x53565150, SEG_PAGE = 4096, FIFO_HEAD = 64, FIFO_SIZE = 132,
+	SEG_MAGIC = 0x53565150, SEG_PAGE = 4096, PAGE_ACKED = 640, FIFO_HEAD = 64, FIFO_SIZE = 132,
 	FIFO_SLOTS = 192, SLOT = 64, N_SLOTS = 2048,
 };
 
@@ -844,6 +845,12 @@ static int agent_scribble(uint32_t qpn, int how, uint32_t rounds, uint32_t seed)
 
 	if (!seg)
 		return -1;
+	if (how == TP_SCRIBBLE_ACK) {
+		uint64_t acked = (uint64_t)seed << 32 | rounds;
+
+		(void)safe_write(seg + PAGE_ACKED, &acked, sizeof(acked));
+		return 0;
+	}
 	fifo = seg + SEG_PAGE;
 	if (!safe_read(&head, fifo + FIFO_HEAD, sizeof(head)))
 		return 0;

@@ -360,9 +360,11 @@ int tp_answer(struct tp_peer *p, int timeout_ms);
  * publishes one header that claims 0 slots; TP_SCRIBBLE_GARBAGE publishes up to @rounds
  * (one lap of the ring at most) headers of random bytes (seed @seed), most with a real
  * opcode and a small slot count, and overwrites the ring's size field and, now and
- * then, its tail with random values. Returns 0, or -1 if no such segment is mapped.
+ * then, its tail with random values. TP_SCRIBBLE_ACK writes (@seed << 32) | @rounds
+ * into the page's acknowledgement word (an ACK from QP @seed up to msn @rounds).
+ * Returns 0, or -1 if no such segment is mapped.
  */
-enum { TP_SCRIBBLE_EMPTY = 1, TP_SCRIBBLE_GARBAGE = 2 };
+enum { TP_SCRIBBLE_EMPTY = 1, TP_SCRIBBLE_GARBAGE = 2, TP_SCRIBBLE_ACK = 3 };
 int tp_scribble(struct tp_peer *p, uint32_t qpn, int how, uint32_t rounds, uint32_t seed);
 
 /*

@@ -749,6 +749,34 @@ static void test_rogue_peer_writes_garbage_into_our_fifo(void **state)
 	tp_pair_stop(x);
 }
 
+/*
+ * The shm wire's ACK is a word on the requester's page, which the peer can write: one
+ * from a QP that is not our peer, or of a message never sent, completes nothing; the
+ * SEND it would have covered completes once the peer really takes it.
+ */
+static void test_rogue_peer_forges_acknowledgements(void **state)
+{
+	struct tp_wr w = tp_wr1(3, IBV_WR_SEND, 0, 64);
+	struct tp_pair *x;
+	struct ibv_wc wc;
+
+	TU_SKIP_ON_IWARP("the shm wire's page (iWARP's hostile peers: tests/wire/iwarp)");
+	x = rc_pair(state);
+	/* No receive at the peer: the SEND (msn 1, the QP's first) waits, RNR forever. */
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_no_wc(x->ep.scq, 50, "SEND waiting for a receive");
+	assert_int_equal(tp_scribble(&x->peer, x->li.qpn, TP_SCRIBBLE_ACK, 1, x->pi.qpn ^ 1), 0);
+	tp_expect_no_wc(x->ep.scq, 50, "an ACK from a QP that is not the peer");
+	assert_int_equal(tp_scribble(&x->peer, x->li.qpn, TP_SCRIBBLE_ACK, 1000, x->pi.qpn), 0);
+	tp_expect_no_wc(x->ep.scq, 50, "an ACK of messages never sent");
+	assert_int_equal(tp_post_recv(&x->peer, x->pq, 7, &(struct tp_sge){ 0, 64 }, 1), 0);
+	tp_expect_wc(x->ep.scq, 3, IBV_WC_SUCCESS, W, NULL);
+	tp_expect_peer_wc(&x->peer, false, 7, IBV_WC_SUCCESS, &wc);
+	tp_expect_eq(tu_query_state(x->ep.qp[x->lq]), IBV_QPS_RTS, "state",
+		     "after forged acknowledgements");
+	tp_pair_stop(x);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -762,6 +790,7 @@ int main(int argc, char **argv)
 		T(test_nothing_executes_after_a_failed_write),
 		T(test_peer_killed),
 		T(test_rogue_peer_writes_garbage_into_our_fifo),
+		T(test_rogue_peer_forges_acknowledgements),
 		T(test_peer_destroys_its_qp),
 		T(test_rc_to_nonexistent_qpn),
 		T(test_mr_deregistered_while_peer_writes),

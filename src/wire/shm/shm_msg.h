@@ -118,11 +118,16 @@ struct shm_qp_page {
 	/* Written by the requester: a large WRITE or READ this QP's progress thread may
 	 * help copy (shm_assist.h). */
 	struct shm_assist assist;
+	/* Written by the peer's responder: its latest acknowledgement, (its QPN << 32) | msn
+	 * (0: none since RESET). An ACK is this one store rather than a message in our
+	 * fifo; shm_rx_poll reads it in order with the fifo (shm_rx.c). */
+	_Alignas(64) _Atomic uint64_t acked;
 };
 
 #define SHM_QP_PAGE_SIZE 4096
 static_assert(sizeof(struct shm_qp_page) <= SHM_QP_PAGE_SIZE, "one page");
 static_assert(offsetof(struct shm_qp_page, assist) == 64, "fixed layout (tests forge jobs)");
+static_assert(offsetof(struct shm_qp_page, acked) == 640, "fixed layout (tests forge ACKs)");
 
 /* A QP's segment: its page, then its inbound fifo. Peers map exactly this much. */
 #define SHM_QP_SEG_SIZE (SHM_QP_PAGE_SIZE + SHM_FIFO_BYTES)

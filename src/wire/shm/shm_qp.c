@@ -251,6 +251,9 @@ void shm_qp_discard(struct sv_qp *qp)
 	}
 	set_hint(s->rx_poisoned, false);
 	s->burst_next = 0;
+	atomic_store(&s->page->acked, 0);
+	atomic_store(&s->acked_seen, 0);
+	atomic_store(&s->sent_reads, false);
 }
 
 /* The peer left: once its last messages are handled, let go of it. */
@@ -263,8 +266,9 @@ int shm_qp_timers(struct sv_qp *qp)
 	if (!atomic_load_explicit(&s->peer_left, memory_order_relaxed) ||
 	    atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
 		return 0;
-	/* Not while a claimed copy may be using the peer: the next pass will do. */
-	if (!shm_fifo_peek(s->rx, &pos) && sv_spin_trylock(&qp->sq.lock)) {
+	/* Once the fifo is drained and its last acknowledgement delivered. Not while a
+	 * claimed copy may be using the peer: the next pass will do. */
+	if (!shm_fifo_peek(s->rx, &pos) && shm_rx_acked(qp) >= 0 && sv_spin_trylock(&qp->sq.lock)) {
 		if (!qp->tx_claimed) {
 			shm_direct_abandon(qp);
 			gone = s->peer;
@@ -339,6 +343,12 @@ bool shm_qp_arm(struct sv_qp *qp, bool assist)
 		return true; /* what waits there needs a RESET, not us */
 	if (!shm_fifo_arm(s->rx))
 		return false;
+	/* An acknowledgement stored before we armed (shm_tx.c: its writer looks at armed
+	 * after the store, as after a publish). */
+	if (atomic_load(&s->page->acked) != atomic_load(&s->acked_seen)) {
+		shm_fifo_disarm(s->rx);
+		return false;
+	}
 	/* A copy-assist job posted before we armed (shm_fifo_take_armed's other half). */
 	if (assist && shm_assist_pending(&s->page->assist) && shm_assist_on()) {
 		shm_fifo_disarm(s->rx);

@@ -273,19 +273,59 @@ static bool op_places(uint8_t op)
 	       op != SHM_OP_WRITE_IMM && op != SHM_OP_ACCESS_ERR;
 }
 
+/*
+ * The acknowledgement in our page (shm_tx.c), once every message the peer published
+ * before it is consumed: those up to @upto, the fifo's tail as read after the word
+ * (an ACK covers a READ whose response went in the fifo before it: the data first).
+ * Answers from after it may have gone first; an ACK behind them finds its WQEs done
+ * already. Under rx_busy. 1: delivered; 0: nothing new; -1: not yet (next poll).
+ */
+static int rx_acked(struct sv_qp *qp, uint64_t acked, uint64_t upto)
+{
+	struct shm_qp *s = shm_qp(qp);
+	struct sv_hdr h = { .op = SV_OP_ACK, .src_qpn = (uint32_t)(acked >> 32),
+			    .msn = (uint32_t)acked };
+
+	if (acked == atomic_load_explicit(&s->acked_seen, memory_order_relaxed))
+		return 0;
+	/* The messages before it not all read yet, or a claimed transmit may have sent
+	 * what it answers: acked_seen unchanged, the next poll looks again. */
+	if ((int64_t)(atomic_load_explicit(&s->rx->head, memory_order_relaxed) - upto) < 0 ||
+	    sv_comp_deliver(qp, &h, NULL) == SV_RX_HOLD)
+		return -1;
+	atomic_store_explicit(&s->acked_seen, acked, memory_order_relaxed);
+	return 1;
+}
+
+int shm_rx_acked(struct sv_qp *qp)
+{
+	struct shm_qp *s = shm_qp(qp);
+	uint64_t acked = atomic_load_explicit(&s->page->acked, memory_order_acquire);
+
+	return rx_acked(qp, acked, atomic_load_explicit(&s->rx->tail, memory_order_acquire));
+}
+
 int shm_rx_poll(struct sv_qp *qp)
 {
 	struct shm_qp *s = shm_qp(qp);
 	struct shm_slot *slot;
-	uint64_t pos;
+	uint64_t pos, acked, upto;
 	bool placing = false;
 	int n = 0;
 
 	/* Nothing arrived and nothing is owed: no read-modify-write on the poll path. */
+	acked = atomic_load_explicit(&s->page->acked, memory_order_acquire);
 	if (atomic_load_explicit(&s->rx_poisoned, memory_order_relaxed) ||
-	    (!shm_fifo_peek(s->rx, &pos) && !sv_resp_owes(qp)) ||
+	    (!shm_fifo_peek(s->rx, &pos) && !sv_resp_owes(qp) &&
+	     acked == atomic_load_explicit(&s->acked_seen, memory_order_relaxed)) ||
 	    atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
 		return 0;
+	/* Its messages before it lie below the fifo's tail as read after it. Only an answer
+	 * of a READ or atomic must not be overtaken by an ACK that covers it; a QP that
+	 * sent none saves the look at the producers' line (a cache miss a message). */
+	upto = atomic_load_explicit(&s->sent_reads, memory_order_relaxed)
+	       ? atomic_load_explicit(&s->rx->tail, memory_order_acquire)
+	       : atomic_load_explicit(&s->rx->head, memory_order_relaxed);
 	while (n < SHM_RX_BUDGET && (slot = shm_fifo_peek(s->rx, &pos))) {
 		struct shm_msg m;
 
@@ -309,6 +349,7 @@ int shm_rx_poll(struct sv_qp *qp)
 	}
 	if (placing)
 		sv_mr_place_end();
+	n += rx_acked(qp, acked, upto) > 0;
 	sv_resp_flush(qp);
 	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
 	return n;

@@ -293,6 +293,8 @@ int shm_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, 
 		m.len = (uint32_t)h->total;
 		m.u.rdma.addr = h->raddr;
 		m.u.rdma.rkey = h->rkey;
+		/* Before it is published: whoever acknowledges it saw this (shm_rx_poll). */
+		atomic_store_explicit(&shm_qp(qp)->sent_reads, true, memory_order_relaxed);
 		if (shm_put_msg(defer, peer, &m, NULL, NULL, 0, 0))
 			return -EAGAIN;
 		/* the answer comes through our fifo */
@@ -306,6 +308,7 @@ int shm_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, 
 		m.u.atomic.rkey = h->rkey;
 		m.u.atomic.compare_add = h->compare_add;
 		m.u.atomic.swap = h->swap;
+		atomic_store_explicit(&shm_qp(qp)->sent_reads, true, memory_order_relaxed);
 		if (shm_put_msg(defer, peer, &m, NULL, NULL, 0, 0))
 			return -EAGAIN;
 		count_path(qp, peer, &qp->cnt.tx_fifo_bytes, 8);
@@ -315,8 +318,15 @@ int shm_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, 
 		m.aux = h->status;
 		return shm_put_msg(defer, peer, &m, NULL, NULL, 0, 0);
 	case SV_OP_ACK:
-		m.op = SHM_OP_ACK;
-		return shm_put_msg(defer, peer, &m, NULL, NULL, 0, 0);
+		/* Cumulative, and nothing to carry but the msn: a store into the requester's
+		 * page, where a message took a slot, a header to encode and one to decode
+		 * (its reader keeps it in order with the fifo: shm_rx_poll). A sleeping
+		 * requester is woken as for a message (its arming looks at the word). */
+		atomic_store_explicit(&peer->page->acked, (uint64_t)h->src_qpn << 32 | h->msn,
+				      memory_order_release);
+		if (shm_fifo_take_armed(peer->fifo))
+			wake(defer, peer);
+		return 0;
 	case SV_OP_NAK:
 	case SV_OP_RNR:
 		m.op = h->op == SV_OP_NAK ? SHM_OP_NAK : SHM_OP_RNR;

@@ -82,6 +82,11 @@ struct shm_qp {
 	uint32_t assist_copies;   /* large copies so far (every few offer help anyway) */
 	/* responder, under rx_busy */
 	atomic_bool rx_poisoned;  /* the peer broke the fifo's format: read no more (to RESET) */
+	/* the page's acked word as last delivered: written under rx_busy, read by arming */
+	_Atomic uint64_t acked_seen;
+	/* set when a READ or atomic goes in the peer's fifo (its answer comes in ours), until
+	 * RESET: the acked word is then read in order with the fifo's tail (shm_rx_poll) */
+	atomic_bool sent_reads;
 	uint32_t burst_next;      /* the record of a WRITES burst to deliver next */
 	/* a wake-up owed to a peer whose fifo we wrote under sq.lock (shm_qp_flush) */
 	struct shm_peer *_Atomic wake;
@@ -156,6 +161,9 @@ int shm_mcast_members(struct sv_qp *qp, const union ibv_gid *mgid, uint32_t *qpn
 
 /* shm_rx.c */
 int shm_rx_poll(struct sv_qp *qp);
+/* Delivers the acknowledgement in our page once the fifo holds nothing sent before it
+ * (under rx_busy): 1 delivered, 0 nothing new, -1 not yet. */
+int shm_rx_acked(struct sv_qp *qp);
 int shm_rx_assist(struct sv_qp *qp);
 
 /* The slots the message @m heads, or 0 if the peer wrote a count no message has (a
