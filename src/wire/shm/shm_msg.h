@@ -24,7 +24,8 @@ enum shm_op {
 	SHM_OP_SEND = 1,   /* payload in the ring (SHM_F_INLINE) or a list of sender SGEs */
 	SHM_OP_WRITE_IMM,  /* the data was written; consume a receive for the immediate */
 	SHM_OP_ATOMIC,     /* compare-and-swap or fetch-and-add at the responder */
-	SHM_OP_ACK,        /* every request up to msn completed at the responder */
+	SHM_OP_ACK,        /* every request up to msn completed at the responder (sent as
+			    * the page's acked word instead: shm_tx.c; still accepted) */
 	SHM_OP_ATOMIC_RESP,/* the original value for request msn (acks it too) */
 	SHM_OP_NAK,        /* request msn failed at the responder (status: enum ibv_wc_status) */
 	SHM_OP_RNR,        /* request msn waits for a receive (not an error yet) */
