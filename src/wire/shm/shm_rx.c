@@ -274,25 +274,30 @@ static bool op_places(uint8_t op)
 }
 
 /*
- * The acknowledgement in our page (shm_tx.c), once every message the peer published
- * before it is consumed: those up to @upto, the fifo's tail as read after the word
- * (an ACK covers a READ whose response went in the fifo before it: the data first).
- * Answers from after it may have gone first; an ACK behind them finds its WQEs done
- * already. Under rx_busy. 1: delivered; 0: nothing new; -1: not yet (next poll).
+ * The acknowledgement in our page (shm_tx.c), @acked as read before the fifo pass, once
+ * every message the peer published before it is consumed. An ACK covers a READ or
+ * atomic whose answer went in the fifo before it, and must not complete it first: a QP
+ * that sent one waits until the fifo's head has passed its tail (read now: at least what
+ * it was when the word was read), as another of the peer's threads may have reserved
+ * an earlier slot it has not published yet. A QP that sent none skips the look at the
+ * producers' line. Answers from after the word may have gone first; its ACK then finds
+ * its WQEs done already. Under rx_busy. 1: delivered; 0: nothing new; -1: not yet.
  */
-static int rx_acked(struct sv_qp *qp, uint64_t acked, uint64_t upto)
+static int rx_acked(struct sv_qp *qp, uint64_t acked)
 {
 	struct shm_qp *s = shm_qp(qp);
 	struct sv_hdr h;
 
 	if (acked == atomic_load_explicit(&s->acked_seen, memory_order_relaxed))
-		return 0; /* (before the header: zeroing it costs more than the poll) */
-	/* The messages before it not all read yet, or a claimed transmit may have sent
-	 * what it answers: acked_seen unchanged, the next poll looks again. */
-	if ((int64_t)(atomic_load_explicit(&s->rx->head, memory_order_relaxed) - upto) < 0)
+		return 0;
+	if (atomic_load_explicit(&s->sent_reads, memory_order_relaxed) &&
+	    (int64_t)(atomic_load_explicit(&s->rx->head, memory_order_relaxed) -
+		      atomic_load_explicit(&s->rx->tail, memory_order_acquire)) < 0)
 		return -1;
+	/* (Built here, not at the top: its clearing is most of an empty call's cost.) */
 	h = (struct sv_hdr){ .op = SV_OP_ACK, .src_qpn = (uint32_t)(acked >> 32),
 			     .msn = (uint32_t)acked };
+	/* A claimed transmit may have sent what it answers: the next poll looks again. */
 	if (sv_comp_deliver(qp, &h, NULL) == SV_RX_HOLD)
 		return -1;
 	atomic_store_explicit(&s->acked_seen, acked, memory_order_relaxed);
@@ -301,17 +306,14 @@ static int rx_acked(struct sv_qp *qp, uint64_t acked, uint64_t upto)
 
 int shm_rx_acked(struct sv_qp *qp)
 {
-	struct shm_qp *s = shm_qp(qp);
-	uint64_t acked = atomic_load_explicit(&s->page->acked, memory_order_acquire);
-
-	return rx_acked(qp, acked, atomic_load_explicit(&s->rx->tail, memory_order_acquire));
+	return rx_acked(qp, atomic_load_explicit(&shm_qp(qp)->page->acked, memory_order_acquire));
 }
 
 int shm_rx_poll(struct sv_qp *qp)
 {
 	struct shm_qp *s = shm_qp(qp);
 	struct shm_slot *slot;
-	uint64_t pos, acked, upto;
+	uint64_t pos, acked;
 	bool placing = false;
 	int n = 0;
 
@@ -322,12 +324,6 @@ int shm_rx_poll(struct sv_qp *qp)
 	     acked == atomic_load_explicit(&s->acked_seen, memory_order_relaxed)) ||
 	    atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
 		return 0;
-	/* Its messages before it lie below the fifo's tail as read after it. Only an answer
-	 * of a READ or atomic must not be overtaken by an ACK that covers it; a QP that
-	 * sent none saves the look at the producers' line (a cache miss a message). */
-	upto = atomic_load_explicit(&s->sent_reads, memory_order_relaxed)
-	       ? atomic_load_explicit(&s->rx->tail, memory_order_acquire)
-	       : atomic_load_explicit(&s->rx->head, memory_order_relaxed);
 	while (n < SHM_RX_BUDGET && (slot = shm_fifo_peek(s->rx, &pos))) {
 		struct shm_msg m;
 
@@ -351,7 +347,7 @@ int shm_rx_poll(struct sv_qp *qp)
 	}
 	if (placing)
 		sv_mr_place_end();
-	n += rx_acked(qp, acked, upto) > 0;
+	n += rx_acked(qp, acked) > 0;
 	sv_resp_flush(qp);
 	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
 	return n;
