@@ -190,6 +190,9 @@ int main(int argc, char **argv)
 	uint8_t *sbuf, *rbuf;
 
 	MPI_Init(&argc, &argv);
+	/* A line at a time through mpirun's pipe: a rank that exits non-zero makes mpirun
+	 * end the others, and rank 0's verdict, still in its buffer, was lost with it. */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 	corrupt = argc > 1 && strcmp(argv[1], "--corrupt") == 0;
