@@ -45,7 +45,7 @@ static inline bool sv_spin_trylock(sv_spinlock_t *lock)
 
 static inline void sv_spin_lock(sv_spinlock_t *lock)
 {
-	for (int spins = 0; !sv_spin_trylock(lock); spins++) {
+	for (int spins = 0; !sv_spin_trylock(lock);) {
 		/* Wait with plain reads (the line stays shared), then try again. */
 		while (atomic_load_explicit(&lock->held, memory_order_relaxed)) {
 			if (spins++ < SV_LOCK_SPINS)

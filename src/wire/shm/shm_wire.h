@@ -82,12 +82,13 @@ struct shm_qp {
 	uint32_t assist_copies;   /* large copies so far (every few offer help anyway) */
 	/* responder, under rx_busy */
 	atomic_bool rx_poisoned;  /* the peer broke the fifo's format: read no more (to RESET) */
-	/* the page's acked word as last delivered: written under rx_busy, read by arming */
-	_Atomic uint64_t acked_seen;
-	/* set when a READ or atomic goes in the peer's fifo (its answer comes in ours), until
-	 * RESET: the acked word is then read in order with the fifo's tail (shm_rx_poll) */
-	atomic_bool sent_reads;
 	uint32_t burst_next;      /* the record of a WRITES burst to deliver next */
+	/* requester: the page's acked word as last delivered (written under rx_busy, read by
+	 * arming), and whether a READ or atomic went into the peer's fifo since RESET (set by
+	 * the transmit; its answer comes in ours, so the word is then delivered in order
+	 * with our fifo's tail: shm_rx.c, rx_acked) */
+	_Atomic uint64_t acked_seen;
+	atomic_bool sent_reads;
 	/* a wake-up owed to a peer whose fifo we wrote under sq.lock (shm_qp_flush) */
 	struct shm_peer *_Atomic wake;
 	atomic_int waking;        /* flushes writing it now */
