@@ -78,7 +78,7 @@ static void seal(struct iw_qp *iq, struct iw_txd *d, const struct iovec *iov, in
 {
 	uint32_t ulpdu = d->head_len - IW_MPA_LEN_BYTES + len, pad = iw_pad(ulpdu), crc = 0;
 
-	memset(d->tail, 0, pad);
+	memset(d->tail, 0, 4); /* the pad (0-3 bytes; a fixed length is a single store) */
 	d->tail_len = (uint8_t)(pad + IW_CRC_BYTES);
 	if (iq->crc && len) {
 		d->flags |= IW_TXD_UNSEALED;

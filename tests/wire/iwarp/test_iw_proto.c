@@ -197,6 +197,12 @@ static void test_roundtrip_every_opcode(void **state)
 			n = iw_hdr_encode(buf, &h);
 			assert_int_equal(n, iw_op_info[op].hdr_len);
 			assert_int_equal(buf[n], 0x5a); /* nothing written past the header */
+			/* Reserved fields go as zero (RFC 5041 §5.2, RFC 5040 §4.8), whatever
+			 * the buffer held. */
+			if (!iw_op_info[op].tagged && op != IW_OP_SEND_INV && op != IW_OP_SEND_SE_INV)
+				assert_memory_equal(buf + 4, "\0\0\0\0", 4);
+			if (op == IW_OP_TERMINATE)
+				assert_int_equal(buf[23], 0);
 			n = iw_hdr_decode(buf, (size_t)n, true, &d, &term);
 			assert_int_equal(n, iw_op_info[op].hdr_len);
 			assert_int_equal(d.tagged, iw_op_info[op].tagged);
