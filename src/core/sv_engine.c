@@ -39,8 +39,10 @@ static struct {
 
 static void *progress_main(void *arg);
 
-/* Set in the progress thread (sv_engine_on_thread). */
-static _Thread_local bool in_progress_thread;
+/* Set in the progress thread (sv_engine_on_thread). Initial-exec: read on the poll path,
+ * where the general model's __tls_get_addr call cost more than the read (one byte of the
+ * static TLS block glibc keeps for libraries loaded later, as UCX loads this one). */
+static _Thread_local bool in_progress_thread __attribute__((tls_model("initial-exec")));
 
 void sv_engine_lock(void)
 {

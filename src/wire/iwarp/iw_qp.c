@@ -861,6 +861,7 @@ static int local_answers(struct sv_qp *qp, struct iw_qp *iq)
  * Terminate goes at once.
  */
 #define ANSWER_HOLD_NS 50000ull
+#define HOLD_UNTIMED 1ull /* hold_since: holding, the clock not read yet */
 static bool answers_wait(struct sv_qp *qp, struct iw_qp *iq)
 {
 	uint64_t since = atomic_load_explicit(&iq->hold_since, memory_order_relaxed), now;
@@ -871,8 +872,14 @@ static bool answers_wait(struct sv_qp *qp, struct iw_qp *iq)
 			atomic_store_explicit(&iq->hold_since, 0, memory_order_relaxed);
 		return false;
 	}
-	now = sv_now_ns();
+	/* The clock is read from the second look on: the first is on a ping-pong's path
+	 * (the poll that took the message), the hold's bound needs no more precision. */
 	if (!since) {
+		atomic_store_explicit(&iq->hold_since, HOLD_UNTIMED, memory_order_relaxed);
+		return true;
+	}
+	now = sv_now_ns();
+	if (since == HOLD_UNTIMED) {
 		atomic_store_explicit(&iq->hold_since, now, memory_order_relaxed);
 		return true;
 	}

@@ -153,7 +153,8 @@ struct iw_qp {
 				       * peer (a Read Response after them came back) */
 	_Atomic bool probing;         /* our zero-length Read that confirms them is out */
 	_Atomic bool ord_waits;       /* a Read or atomic waits for room (the ORD, rdq, atq) */
-	_Atomic uint64_t hold_since;  /* answers held back since (iw_qp.c answers_wait; 0) */
+	_Atomic uint64_t hold_since;  /* answers held back since (iw_qp.c answers_wait; 0:
+				       * none, 1: held, the clock not read yet) */
 	bool confirm;                 /* complete Sends and Writes once placed (default), not
 				       * once sent (SOFTVERBS_IWARP_COMPLETE=sent) */
 	_Atomic uint32_t acked_told;  /* the last local acknowledgement delivered (rx_busy) */
