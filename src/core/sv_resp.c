@@ -472,6 +472,16 @@ static enum sv_rx out_of_sequence(struct sv_qp *qp, const struct sv_hdr *h)
 	return refuse(qp, h, IBV_WC_REM_INV_REQ_ERR);
 }
 
+bool sv_resp_ready(struct sv_qp *qp)
+{
+	bool failing = atomic_load(&qp->err_event) != SV_ERR_NONE;
+	enum ibv_qp_state st = atomic_load_explicit(&qp->pub.state, memory_order_acquire);
+
+	/* What sv_resp_deliver would hold or drop, or do before the request. */
+	return st != IBV_QPS_RESET && st != IBV_QPS_INIT && st != IBV_QPS_ERR && !failing &&
+	       !sv_hint(qp->rtr_connecting) && !qp->resp_pending && !qp->resp_off;
+}
+
 enum sv_rx sv_resp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p)
 {
 	/* An error being entered, then the published state (modify_qp may change it while we

@@ -257,6 +257,11 @@ enum sv_rx sv_resp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
  * copies: it refuses what is not mapped). Under rx_busy. */
 bool sv_resp_access(struct sv_qp *qp, uint32_t rkey, uint64_t addr, uint64_t len, uint32_t need,
 		    bool pages, uint64_t *va);
+/* Under rx_busy: whether the responder would execute a request now, with nothing of its
+ * own to do first (the QP past INIT and not failing, attached, no answer pending). A wire
+ * that answers a request without the core (iWARP's zero-length Read: no memory is
+ * read, no key checked) asks first. */
+bool sv_resp_ready(struct sv_qp *qp);
 /* Under rx_busy, at the end of a poll: acknowledgements and answers still owed go out. */
 void sv_resp_flush(struct sv_qp *qp);
 /* (sv_resp_owes(), in sv_obj.h: whether the responder still owes an answer, for a poll

@@ -586,6 +586,48 @@ static void answer_done(struct iw_qp *iq, const struct iw_hdr *ih)
 		sv_set_hint(iq->qp->tx_kick, true);
 }
 
+/*
+ * The placement probes (iw_tx_probe), the peer's and the answers to ours, without the
+ * core: a zero-length Read reads no memory and checks no key, so its answer is the
+ * wire's to give, once nothing is owed before it (a Read or atomic of the peer's still
+ * unanswered: responses go in order, RFC 5040 §5.5) and the responder would execute a
+ * request now (sv_resp_ready). Each went through the core's responder and completer,
+ * and the answer back through the core's transmit: a third of the cost of a ping-pong's
+ * message (two FPDUs more each way, the probe and its answer). @ih is decoded, its
+ * FPDU (@need bytes) whole in the stage and its CRC checked. Returns 1 when it took the
+ * FPDU, 0 when the general path is to (anything else, or a Read Request the general
+ * path will refuse), -EAGAIN when the answer finds no room (the next poll).
+ */
+static int probe_fast(struct iw_qp *iq, const struct iw_hdr *ih, uint32_t need)
+{
+	if (ih->opcode == IW_OP_READ_RESP) {
+		uint32_t t = atomic_load_explicit(&iq->rd_tail, memory_order_relaxed);
+		const struct iw_rd *rd = &iq->rdq[t % IW_RDQ];
+
+		/* Ours (msn 0), exactly where it asked. */
+		if (t == atomic_load_explicit(&iq->rd_head, memory_order_acquire) || rd->msn ||
+		    rd->size || ih->payload_len || !ih->last || ih->stag != rd->sink_stag ||
+		    ih->to != rd->sink_to)
+			return 0;
+		answer_done(iq, ih);
+	} else if (ih->opcode == IW_OP_READ_REQ) {
+		if (ih->read_size || ih->msn != iq->rx_ddp_msn[IW_QN_READ_REQ] ||
+		    iq->ird_head != iq->ird_tail || atomic_load(&iq->ird_unsent) >= iq->ird ||
+		    !sv_resp_ready(iq->qp))
+			return 0;
+		if (iw_tx_answer_empty_read(iq, ih->sink_stag, ih->sink_to))
+			return -EAGAIN;
+		iq->rx_ddp_msn[IW_QN_READ_REQ]++; /* as request_done; no core msn taken */
+		iq->rx_write_bytes = 0;
+	} else {
+		return 0;
+	}
+	iq->st_off += need;
+	if (iq->st_off == iq->st_len)
+		iq->st_off = iq->st_len = 0;
+	return 1;
+}
+
 /* The rest of the FPDU after the core took what it wanted: payload it did not take,
  * pad, and CRC (checked when negotiated: RFC 5044 §6). */
 static bool finish(struct iw_pl *pl, const struct iw_hdr *ih)
@@ -707,6 +749,12 @@ static int rx_one(struct iw_qp *iq, bool *placing)
 		}
 		peer_terminated(iq, &ih);
 		return -1;
+	}
+	if ((ih.opcode == IW_OP_READ_REQ || ih.opcode == IW_OP_READ_RESP) &&
+	    iq->st_len - iq->st_off >= need) {
+		r = probe_fast(iq, &ih, need);
+		if (r)
+			return r > 0 ? 1 : 0;
 	}
 	if (!*placing) {
 		sv_mr_place_begin(); /* a deregistration waits for what we place */

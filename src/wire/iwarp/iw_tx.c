@@ -525,6 +525,20 @@ static int tx_answer(struct iw_qp *iq, const struct sv_hdr *h, const struct iove
 	}
 }
 
+int iw_tx_answer_empty_read(struct iw_qp *iq, uint32_t sink_stag, uint64_t sink_to)
+{
+	struct iw_hdr ih = { .opcode = IW_OP_READ_RESP, .last = true, .stag = sink_stag,
+			     .to = sink_to };
+	int err;
+
+	if (atomic_load(&iq->term_sent))
+		return 0; /* nothing follows a Terminate (iw_tx_send) */
+	err = put(iq, &ih, NULL, 0, 0, 0, IW_TXD_READ_DONE);
+	if (!err)
+		atomic_fetch_add(&iq->ird_unsent, 1); /* owed until written (RFC 6581) */
+	return err;
+}
+
 int iw_tx_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, int n_iov)
 {
 	struct iw_qp *iq = iw_of(qp);

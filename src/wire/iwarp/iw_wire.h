@@ -234,6 +234,9 @@ uint32_t iw_tx_written(struct iw_qp *iq);
 /* sq.lock: WRITEs wait to be known placed and no Read is out that will tell: queues a
  * zero-length Read Request (answered after them, RFC 5040 §5.5) within the ORD. */
 void iw_tx_probe(struct iw_qp *iq);
+/* Under rx_busy: the answer to a zero-length Read Request the receive engine took itself
+ * (iw_rx.c probe_fast), to (@sink_stag, @sink_to); -EAGAIN when the queue is full. */
+int iw_tx_answer_empty_read(struct iw_qp *iq, uint32_t sink_stag, uint64_t sink_to);
 
 /* iw_rx.c */
 void iw_rx_reset(struct iw_qp *iq);
