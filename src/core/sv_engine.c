@@ -19,6 +19,7 @@ static _Atomic uint32_t bad_pkeys_gone; /* counted on QPs destroyed since */
 
 /* A descriptor the progress thread watches for a wire. */
 struct watch {
+	bool parked; /* a oneshot watch out of the epoll set until armed (sv_engine_park) */
 	int fd;
 	sv_watch_fn fn;
 	void *arg;
@@ -119,6 +120,19 @@ int sv_engine_watch_edge_locked(int fd, sv_watch_fn fn, void *arg, uint64_t *id)
 	return err ? err : add_watch(fd, EPOLLIN | EPOLLET, fn, arg, id);
 }
 
+void sv_engine_park(uint64_t id)
+{
+	pthread_mutex_lock(&eng.lock);
+	for (struct watch *w = eng.watches; w; w = w->next) {
+		if (w->id == id) {
+			if (!w->parked && !epoll_ctl(eng.epfd, EPOLL_CTL_DEL, w->fd, NULL))
+				w->parked = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&eng.lock);
+}
+
 int sv_engine_rearm(uint64_t id, uint32_t events)
 {
 	int err = -ENOENT;
@@ -128,7 +142,10 @@ int sv_engine_rearm(uint64_t id, uint32_t events)
 		if (w->id == id) {
 			struct epoll_event ev = { .events = events | EPOLLONESHOT, .data.ptr = w };
 
-			err = epoll_ctl(eng.epfd, EPOLL_CTL_MOD, w->fd, &ev) ? -errno : 0;
+			err = epoll_ctl(eng.epfd, w->parked ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, w->fd,
+					&ev) ? -errno : 0;
+			if (!err)
+				w->parked = false;
 			break;
 		}
 	}
@@ -143,7 +160,8 @@ void sv_engine_unwatch_locked(uint64_t id)
 
 		if (w->id == id) {
 			*pp = w->next;
-			epoll_ctl(eng.epfd, EPOLL_CTL_DEL, w->fd, NULL);
+			if (!w->parked)
+				epoll_ctl(eng.epfd, EPOLL_CTL_DEL, w->fd, NULL);
 			free(w);
 			return;
 		}
@@ -400,8 +418,12 @@ static int pass_all(enum pass what, bool *timed)
 					result = 0;
 				break;
 			case PASS_ARM_UNPOLLED:
-				if (!polled_since(qp, look) && !sv_qp_arm(qp, false))
-					result = 0;
+				if (!polled_since(qp, look)) {
+					if (!sv_qp_arm(qp, false))
+						result = 0;
+				} else {
+					sv_qp_park(qp);
+				}
 				break;
 			case PASS_DISARM:
 				qp->wire->disarm(qp);

@@ -397,6 +397,14 @@ bool sv_qp_recv_awaited(struct sv_qp *qp)
 	return sv_hint(qp->rnr_held);
 }
 
+void sv_qp_park(struct sv_qp *qp)
+{
+	if (qp->wire->park)
+		qp->wire->park(qp);
+	if (qp->far && qp->far->park)
+		qp->far->park(qp);
+}
+
 bool sv_qp_arm(struct sv_qp *qp, bool assist)
 {
 	if (sv_hint(qp->rnr_held))

@@ -89,6 +89,9 @@ void sv_qp_flush_rq_locked(struct sv_qp *qp); /* caller holds rq.lock */
 /* The progress thread before sleeping: true if nothing is left to do (@assist: a
  * wire's help for a peer counts, the thread would give it). */
 bool sv_qp_arm(struct sv_qp *qp, bool assist);
+/* The progress thread leaves @qp to the application's polls: the wires stop watching
+ * what those polls read (sv_wire_ops.park). */
+void sv_qp_park(struct sv_qp *qp);
 /* Work that waits for time to pass (RNR retries, a blocked transmit). */
 bool sv_qp_needs_timer(struct sv_qp *qp);
 

@@ -222,6 +222,9 @@ struct sv_wire_ops {
 	 * will wake it (@assist: help with a peer's copy counts as work). */
 	bool (*arm)(struct sv_qp *qp, bool assist);
 	void (*disarm)(struct sv_qp *qp);
+	/* Optional, the progress thread: the application polls this QP and moves it itself;
+	 * stop watching what its polls read until the next arm (sv_engine_park). */
+	void (*park)(struct sv_qp *qp);
 	/* Optional: work the wire does for its peers on the progress thread (copy assist).
 	 * Returns how much was done. */
 	int (*assist)(struct sv_qp *qp);

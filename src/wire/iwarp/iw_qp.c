@@ -992,6 +992,14 @@ static void disarm(struct sv_qp *qp)
 	atomic_store(&iw_of(qp)->armed, false);
 }
 
+static void park(struct sv_qp *qp)
+{
+	uint64_t watch = iw_of(qp)->watch;
+
+	if (watch)
+		sv_engine_park(watch);
+}
+
 static bool needs_timer(struct sv_qp *qp)
 {
 	struct iw_qp *iq = iw_of(qp);
@@ -1054,6 +1062,7 @@ const struct sv_wire_ops sv_wire_iwarp = {
 	.poll = poll_qp,
 	.arm = arm,
 	.disarm = disarm,
+	.park = park,
 	.needs_timer = needs_timer,
 	.timers = timers,
 	.bad_pkeys = bad_pkeys,
