@@ -42,6 +42,11 @@ ssize_t sv_app_sendmsg(int fd, const struct msghdr *msg, int flags)
 	return syscall(SYS_sendmsg, fd, msg, flags);
 }
 
+ssize_t sv_app_send(int fd, const void *buf, size_t len, int flags)
+{
+	return syscall(SYS_sendto, fd, buf, len, flags, NULL, 0);
+}
+
 ssize_t sv_app_readv(int fd, const struct iovec *iov, int n)
 {
 	return syscall(SYS_readv, fd, iov, n);
@@ -60,6 +65,11 @@ void sv_copy_to_app(void *app, const void *src, size_t n)
 ssize_t sv_app_sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	return sendmsg(fd, msg, flags);
+}
+
+ssize_t sv_app_send(int fd, const void *buf, size_t len, int flags)
+{
+	return send(fd, buf, len, flags);
 }
 
 ssize_t sv_app_readv(int fd, const struct iovec *iov, int n)

@@ -20,8 +20,10 @@
 /* @dst is the library's memory, @app the application's (and the reverse). */
 void sv_copy_from_app(void *dst, const void *app, size_t n);
 void sv_copy_to_app(void *app, const void *src, size_t n);
-/* sendmsg / readv whose buffers may be the application's. */
+/* sendmsg / send / readv whose buffers may be the application's (send: one buffer, the
+ * kernel's shorter path). */
 ssize_t sv_app_sendmsg(int fd, const struct msghdr *msg, int flags);
+ssize_t sv_app_send(int fd, const void *buf, size_t len, int flags);
 ssize_t sv_app_readv(int fd, const struct iovec *iov, int n);
 
 #endif

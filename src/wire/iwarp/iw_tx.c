@@ -812,7 +812,11 @@ int iw_tx_flush(struct iw_qp *iq)
 			atomic_store(&iq->tx_wants_out, true);
 			return total;
 		}
-		n = sv_app_sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+		/* One piece (a ping-pong's FPDUs, staged): send, without the msghdr and iovec
+		 * the kernel would copy in and check. */
+		n = msg.msg_iovlen == 1 ? sv_app_send(fd, v[0].iov_base, v[0].iov_len,
+						      MSG_DONTWAIT | MSG_NOSIGNAL)
+					: sv_app_sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n < 0) {
 			int err = errno;
 
