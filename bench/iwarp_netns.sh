@@ -17,7 +17,7 @@ set -uo pipefail
 usage() {
 	cat <<'EOF'
 usage: bench/iwarp_netns.sh [--rounds N] [--seconds S] [--quiet-wait S] [--baselines-only]
-                            [--out DIR]
+                            [--lat-pairs P] [--out DIR]
 
 Across a veth pair between two network namespaces (server in A on CPU 0, client
 in B on CPU 1, each under taskset and timeout), N rounds (default 3) of:
@@ -35,12 +35,21 @@ Each figure is the median of its rounds; the table gives softverbs / baseline. E
 line shows, as "others", how many tasks other work had runnable just before its run
 began (the machine may be shared).
 
+Then P latency triples (--lat-pairs, default 5), each run back to back: sockperf TCP
+(2 s), ib_send_lat -s 2, UCX tcp tag_lat 8 B. Each triple gives its own ratios, and the
+verdict is their median: a machine whose speed moves between runs (the development VM
+has a fast and a slow mode, 1.5x apart, each lasting seconds to minutes) puts a round's
+sockperf and ib_send_lat, minutes apart, in different modes; a triple's, seconds
+apart, mostly in the same.
+
 options:
   --rounds N         rounds of every measurement (default 3)
   --seconds S        duration of each sockperf and iperf3 run (default 5)
   --quiet-wait S     before each round, wait up to S seconds (default 0) until other
                      work keeps less than half a CPU busy; it is noted anyway
   --baselines-only   skip the softverbs runs
+  --lat-pairs P      latency triples run back to back after the rounds (default 5; 0:
+                     none)
   --out DIR          keep every log in DIR
   -h, --help         this text
 
@@ -56,6 +65,7 @@ rounds=3
 seconds=5
 quiet_wait=0
 with_sv=1
+lat_pairs=5
 out_dir=
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -63,14 +73,17 @@ while [ $# -gt 0 ]; do
 	--seconds) seconds=${2:?}; shift ;;
 	--quiet-wait) quiet_wait=${2:?}; shift ;;
 	--baselines-only) with_sv=0 ;;
+	--lat-pairs) lat_pairs=${2:?}; shift ;;
 	--out) out_dir=${2:?}; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "iwarp_netns.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
 	esac
 	shift
 done
-[[ $rounds =~ ^[1-9][0-9]*$ && $seconds =~ ^[1-9][0-9]*$ && $quiet_wait =~ ^[0-9]+$ ]] ||
-	{ echo "iwarp_netns.sh: --rounds, --seconds and --quiet-wait take integers" >&2; exit 2; }
+[[ $rounds =~ ^[1-9][0-9]*$ && $seconds =~ ^[1-9][0-9]*$ && $quiet_wait =~ ^[0-9]+$ &&
+   $lat_pairs =~ ^[0-9]+$ ]] ||
+	{ echo "iwarp_netns.sh: --rounds, --seconds, --quiet-wait and --lat-pairs take integers" >&2
+	  exit 2; }
 
 build_dir=${SOFTVERBS_BUILD:-build}
 SV=$build_dir/bin/softverbs
@@ -189,6 +202,7 @@ record() {
 	fig_label[$key]=$label
 	fig_unit[$key]=$unit
 	fig_cmd[$key]="$run_srv | $run_cli"
+	last_val=$val
 	if [ -n "$val" ]; then
 		fig_vals[$key]="${fig_vals[$key]:-} $val"
 		printf '  %-44s %10s %-5s  %s\n' "$label" "$val" "$unit" "$run_cli"
@@ -219,10 +233,11 @@ num() { [[ ${1:-} =~ ^[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]] && echo "$1"; }
 
 # --- the baselines ------------------------------------------------------------
 
+# sockperf_lat [KEY SECONDS]
 sockperf_lat() {
-	local key=sockperf_lat v=
+	local key=${1:-sockperf_lat} secs=${2:-$seconds} v=
 	run $key 11111 stop "${PIN_S[@]}" sockperf server --tcp --nonblocked -i 10.77.0.1 -p 11111 :: \
-		"${PIN_C[@]}" sockperf ping-pong --tcp --nonblocked -m 14 -i 10.77.0.1 -p 11111 -t "$seconds" &&
+		"${PIN_C[@]}" sockperf ping-pong --tcp --nonblocked -m 14 -i 10.77.0.1 -p 11111 -t "$secs" &&
 		v=$(num "$(sed -n 's/.*percentile 50\.000 = *\([0-9.]*\).*/\1/p' "$tmp/$key.cli")")
 	record $key "sockperf TCP ping-pong 14 B, one way (p50)" µs "$v"
 }
@@ -367,6 +382,28 @@ for ((r = 1; r <= rounds; r++)); do
 	echo
 done
 
+# --- latency triples, back to back ----------------------------------------------
+
+pair_sp=()
+pair_sv=()
+pair_ucx=()
+if [ $with_sv -eq 1 ] && [ "$lat_pairs" -gt 0 ]; then
+	for ((p = 1; p <= lat_pairs; p++)); do
+		echo "== latency triple $p of $lat_pairs"
+		last_val=
+		sockperf_lat sockperf_lat_p 2
+		pair_sp+=("$last_val")
+		last_val=
+		sv sv_lat_p "softverbs ib_send_lat -s 2 (t_typical), triples" µs 't_typical[usec]' 1 2 \
+			ib_send_lat -s 2 -n "$pt_lat_iters"
+		pair_sv+=("$last_val")
+		last_val=
+		ucx ucx_tag_lat_p tag_lat 8 100000 3 1 "ucx_perftest tcp tag_lat 8 B (p50), triples" µs
+		pair_ucx+=("$last_val")
+	done
+	echo
+fi
+
 # --- the table ------------------------------------------------------------------
 
 fig() { # fig KEY: "median unit (the rounds' values)", or n/a (failed)
@@ -429,6 +466,41 @@ if [ $with_sv -eq 1 ]; then
 	ratio sv_ud_lat sockperf_udp_lat "<= 1.2"
 	ratio sv_ucx_lat ucx_tag_lat "< 1"
 	echo
+	if [ ${#pair_sv[@]} -gt 0 ]; then
+		# pair_ratios BASE_ARRAY WANT LABEL: each triple's ib_send_lat / BASE, and their
+		# median against WANT.
+		pair_ratios() {
+			local -n base=$1
+			local rs=() i m verdict
+			for i in "${!pair_sv[@]}"; do
+				[ -n "${pair_sv[$i]}" ] && [ -n "${base[$i]:-}" ] &&
+					rs+=("$(calc '%.3f' "${pair_sv[$i]} / ${base[$i]}")")
+			done
+			if [ ${#rs[@]} -eq 0 ]; then
+				printf '| ib_send_lat / %s, each triple | n/a | %s: n/a |\n' "$3" "$2"
+				return
+			fi
+			m=$(printf '%s\n' "${rs[@]}" | sort -g | awk '{ v[NR] = $1 } END {
+				if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+			if awk -v r="$m" -v w="$2" 'BEGIN { split(w, a, " ")
+				if (a[1] == "<=") exit !(r <= a[2]); exit !(r < a[2]) }'; then
+				verdict="met"
+			else
+				verdict="not met"
+			fi
+			printf '| ib_send_lat / %s, each triple: %s | median %s | ratio %s: %s |\n' "$3" \
+				"$(echo "${rs[*]}" | tr ' ' '/')" "$m" "$2" "$verdict"
+		}
+		echo "Latency triples, back to back (ib_send_lat µs: $(echo "${pair_sv[*]}" | tr ' ' '/');"
+		echo "sockperf µs: $(echo "${pair_sp[*]}" | tr ' ' '/'); UCX tcp tag_lat µs:" \
+			"$(echo "${pair_ucx[*]}" | tr ' ' '/')):"
+		echo
+		echo "| triples | median of the ratios | target |"
+		echo "| --- | --- | --- |"
+		pair_ratios pair_sp "<= 1.2" "sockperf TCP"
+		pair_ratios pair_ucx "< 1" "UCX tcp tag_lat"
+		echo
+	fi
 	for key in sv_lat sv_write sv_read sv_rate sv_ud_lat sv_ucx_lat; do
 		[ -n "${fig_fail[$key]:-}" ] && echo "$key failed: ${fig_fail[$key]}"
 	done

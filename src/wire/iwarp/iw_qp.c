@@ -561,6 +561,13 @@ static void flush(struct sv_qp *qp)
 	probe(qp, iq);
 	err = iw_tx_flush(iq);
 	atomic_store_explicit(&iq->hold_since, 0, memory_order_relaxed); /* what it held went */
+	/* Sent: the next probe is made now, while the peer answers, not on the next post's
+	 * way out. */
+	if (iq->ord && iq->confirm) {
+		sv_spin_lock(&qp->sq.lock);
+		iw_tx_probe_ahead(iq);
+		sv_spin_unlock(&qp->sq.lock);
+	}
 	if (err < 0) {
 		sv_dbg("iwarp qp %u: sendmsg: %s", iq->qpn, strerror(-err));
 		atomic_store(&iq->fatal, true);

@@ -35,6 +35,7 @@ void iw_tx_init(struct iw_qp *iq)
 
 void iw_tx_reset(struct iw_qp *iq)
 {
+	iq->probe_tpl.hl = iq->answer_tpl.hl = 0;
 	atomic_store(&iq->tx_head, 0);
 	atomic_store(&iq->tx_tail, 0);
 	atomic_store(&iq->iov_head, 0);
@@ -154,6 +155,54 @@ static int put_pub(struct iw_qp *iq, struct iw_hdr *ih, const struct iovec *iov,
 	atomic_store_explicit(&iq->tx_head, head + 1, memory_order_release);
 	sv_spin_unlock(&iq->txq_lock);
 	return 0;
+}
+
+/* As put_pub, for an FPDU without payload made ahead (make_tpl): header, pad, CRC. */
+static int put_tpl(struct iw_qp *iq, const struct iw_tpl *t, uint8_t flags,
+		   _Atomic uint32_t *pub, uint32_t pub_val)
+{
+	uint32_t head, ihead;
+	struct iw_txd *d;
+
+	sv_spin_lock(&iq->txq_lock);
+	head = atomic_load_explicit(&iq->tx_head, memory_order_relaxed);
+	ihead = atomic_load_explicit(&iq->iov_head, memory_order_relaxed);
+	if (head - atomic_load_explicit(&iq->tx_tail, memory_order_acquire) >= IW_TXQ) {
+		sv_spin_unlock(&iq->txq_lock);
+		return -EAGAIN;
+	}
+	d = &iq->txq[head % IW_TXQ];
+	memcpy(d->head, t->head, sizeof(t->head));
+	memcpy(d->tail, t->tail, sizeof(t->tail));
+	d->head_len = t->hl;
+	d->tail_len = t->tl;
+	d->iov_first = ihead;
+	d->n_iov = d->n_slots = 0;
+	d->ack_msn = 0;
+	d->flags = flags;
+	if (pub)
+		atomic_store_explicit(pub, pub_val, memory_order_release);
+	atomic_store_explicit(&iq->tx_head, head + 1, memory_order_release);
+	sv_spin_unlock(&iq->txq_lock);
+	return 0;
+}
+
+/* @ih (no payload) encoded and sealed, as put_pub would queue it. */
+static void make_tpl(struct iw_qp *iq, struct iw_hdr *ih, struct iw_tpl *t)
+{
+	struct iw_txd d = { .flags = 0 };
+	int hl;
+
+	ih->payload_len = 0;
+	hl = iw_hdr_encode(d.head, ih);
+	d.head_len = (uint16_t)(hl > 0 ? hl : 0);
+	seal(iq, &d, NULL, 0, 0);
+	memcpy(t->head, d.head, sizeof(t->head));
+	memcpy(t->tail, d.tail, sizeof(t->tail));
+	t->hl = d.head_len;
+	t->tl = d.tail_len;
+	t->crc = iq->crc;
+	t->msn = ih->msn;
 }
 
 void iw_tx_terminate(struct iw_qp *iq, const struct iw_term *t, const void *bad, size_t bad_len)
@@ -527,13 +576,22 @@ static int tx_answer(struct iw_qp *iq, const struct sv_hdr *h, const struct iove
 
 int iw_tx_answer_empty_read(struct iw_qp *iq, uint32_t sink_stag, uint64_t sink_to)
 {
-	struct iw_hdr ih = { .opcode = IW_OP_READ_RESP, .last = true, .stag = sink_stag,
-			     .to = sink_to };
+	struct iw_tpl *t = &iq->answer_tpl;
 	int err;
 
 	if (atomic_load(&iq->term_sent))
 		return 0; /* nothing follows a Terminate (iw_tx_send) */
-	err = put(iq, &ih, NULL, 0, 0, 0, IW_TXD_READ_DONE);
+	/* To the same sink (a softverbs peer's probes: always), the same bytes. */
+	if (!t->hl || t->crc != iq->crc || iq->answer_stag != sink_stag ||
+	    iq->answer_to != sink_to) {
+		struct iw_hdr ih = { .opcode = IW_OP_READ_RESP, .last = true, .stag = sink_stag,
+				     .to = sink_to };
+
+		make_tpl(iq, &ih, t);
+		iq->answer_stag = sink_stag;
+		iq->answer_to = sink_to;
+	}
+	err = put_tpl(iq, t, IW_TXD_READ_DONE, NULL, 0);
 	if (!err)
 		atomic_fetch_add(&iq->ird_unsent, 1); /* owed until written (RFC 6581) */
 	return err;
@@ -600,9 +658,21 @@ uint32_t iw_tx_written(struct iw_qp *iq)
 	return upto;
 }
 
+void iw_tx_probe_ahead(struct iw_qp *iq)
+{
+	struct iw_hdr ih = { .opcode = IW_OP_READ_REQ, .last = true, .qn = IW_QN_READ_REQ,
+			     .msn = iq->tx_msn[IW_QN_READ_REQ], .sink_stag = SINK_STAG };
+
+	if (!iq->ord || !iq->confirm || (iq->probe_tpl.hl && iq->probe_tpl.msn == ih.msn &&
+					 iq->probe_tpl.crc == iq->crc))
+		return;
+	make_tpl(iq, &ih, &iq->probe_tpl);
+}
+
 void iw_tx_probe(struct iw_qp *iq)
 {
 	uint32_t head = atomic_load_explicit(&iq->rd_head, memory_order_relaxed), out;
+	int err;
 	struct iw_hdr ih = { .opcode = IW_OP_READ_REQ, .last = true, .qn = IW_QN_READ_REQ,
 			     .sink_stag = SINK_STAG, .src_stag = 0 };
 
@@ -619,7 +689,13 @@ void iw_tx_probe(struct iw_qp *iq)
 	iq->rdq[head % IW_RDQ] = (struct iw_rd){ .msn = 0, .sink_stag = SINK_STAG, .size = 0,
 						 .confirms = atomic_load(&iq->place_hi) };
 	atomic_store(&iq->probing, true);
-	if (put_pub(iq, &ih, NULL, 0, 0, 0, 0, &iq->rd_head, head + 1)) {
+	/* Made ahead after the last flush (iw_tx_probe_ahead), unless a Read of the
+	 * application's took that MSN since. */
+	if (iq->probe_tpl.hl && iq->probe_tpl.msn == ih.msn && iq->probe_tpl.crc == iq->crc)
+		err = put_tpl(iq, &iq->probe_tpl, 0, &iq->rd_head, head + 1);
+	else
+		err = put_pub(iq, &ih, NULL, 0, 0, 0, 0, &iq->rd_head, head + 1);
+	if (err) {
 		atomic_store(&iq->probing, false);
 		return;
 	}

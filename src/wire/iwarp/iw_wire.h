@@ -62,6 +62,16 @@ enum iw_link {
 };
 extern const char *const iw_link_name[];
 
+/* An FPDU without payload made ahead (iw_tx.c put_tpl): header, pad and CRC. */
+struct iw_tpl {
+	uint8_t head[IW_HDR_MAX];
+	uint8_t tail[8];
+	uint16_t hl;  /* 0: none */
+	uint8_t tl;
+	bool crc;     /* made for a connection with CRC on */
+	uint32_t msn; /* the placement probe's: made for this MSN */
+};
+
 /* One FPDU waiting for the socket: header, payload pieces (in the iov ring), pad + CRC;
  * once staged, the whole FPDU in one piece of the transmit stage. */
 struct iw_txd {
@@ -152,6 +162,10 @@ struct iw_qp {
 	_Atomic uint32_t confirmed;   /* Sends and Writes up to this msn are placed at the
 				       * peer (a Read Response after them came back) */
 	_Atomic bool probing;         /* our zero-length Read that confirms them is out */
+	struct iw_tpl probe_tpl;      /* the next such Read, sealed after a flush (sq.lock) */
+	struct iw_tpl answer_tpl;     /* the answer to the peer's (rx_busy) ... */
+	uint32_t answer_stag;         /* ... to this sink */
+	uint64_t answer_to;
 	_Atomic bool ord_waits;       /* a Read or atomic waits for room (the ORD, rdq, atq) */
 	_Atomic uint64_t hold_since;  /* answers held back since (iw_qp.c answers_wait; 0:
 				       * none, 1: held, the clock not read yet) */
@@ -234,6 +248,8 @@ uint32_t iw_tx_written(struct iw_qp *iq);
 /* sq.lock: WRITEs wait to be known placed and no Read is out that will tell: queues a
  * zero-length Read Request (answered after them, RFC 5040 §5.5) within the ORD. */
 void iw_tx_probe(struct iw_qp *iq);
+/* sq.lock, after a flush: the next probe's FPDU made ahead, off the latency path. */
+void iw_tx_probe_ahead(struct iw_qp *iq);
 /* Under rx_busy: the answer to a zero-length Read Request the receive engine took itself
  * (iw_rx.c probe_fast), to (@sink_stag, @sink_to); -EAGAIN when the queue is full. */
 int iw_tx_answer_empty_read(struct iw_qp *iq, uint32_t sink_stag, uint64_t sink_to);
