@@ -66,6 +66,11 @@ transcript() {
   if [ ${#got[@]} -ne ${#want[@]} ]; then
     echo "    $(basename "$file"): ${#got[@]} lines, expected ${#want[@]}:"
     head -n 8 "$file" | sed 's/^/      /'
+    # The lines were picked from FILE without .lines: show where they stood there.
+    case $file in
+    *.lines) [ -f "${file%.lines}" ] && grep -n -B2 -- "${want[0]%%:*}" "${file%.lines}" |
+               head -n 30 | sed 's/^/      raw: /' ;;
+    esac
     return 1
   fi
   for line in "${got[@]}"; do
