@@ -658,15 +658,19 @@ uint32_t iw_tx_written(struct iw_qp *iq)
 	return upto;
 }
 
+/* Whether the probe made ahead is the one to send as MSN @msn on this connection. */
+static bool probe_ready(const struct iw_qp *iq, uint32_t msn)
+{
+	return iq->probe_tpl.hl && iq->probe_tpl.msn == msn && iq->probe_tpl.crc == iq->crc;
+}
+
 void iw_tx_probe_ahead(struct iw_qp *iq)
 {
 	struct iw_hdr ih = { .opcode = IW_OP_READ_REQ, .last = true, .qn = IW_QN_READ_REQ,
 			     .msn = iq->tx_msn[IW_QN_READ_REQ], .sink_stag = SINK_STAG };
 
-	if (!iq->ord || !iq->confirm || (iq->probe_tpl.hl && iq->probe_tpl.msn == ih.msn &&
-					 iq->probe_tpl.crc == iq->crc))
-		return;
-	make_tpl(iq, &ih, &iq->probe_tpl);
+	if (!probe_ready(iq, ih.msn))
+		make_tpl(iq, &ih, &iq->probe_tpl);
 }
 
 void iw_tx_probe(struct iw_qp *iq)
@@ -691,7 +695,7 @@ void iw_tx_probe(struct iw_qp *iq)
 	atomic_store(&iq->probing, true);
 	/* Made ahead after the last flush (iw_tx_probe_ahead), unless a Read of the
 	 * application's took that MSN since. */
-	if (iq->probe_tpl.hl && iq->probe_tpl.msn == ih.msn && iq->probe_tpl.crc == iq->crc)
+	if (probe_ready(iq, ih.msn))
 		err = put_tpl(iq, &iq->probe_tpl, 0, &iq->rd_head, head + 1);
 	else
 		err = put_pub(iq, &ih, NULL, 0, 0, 0, 0, &iq->rd_head, head + 1);

@@ -248,7 +248,8 @@ uint32_t iw_tx_written(struct iw_qp *iq);
 /* sq.lock: WRITEs wait to be known placed and no Read is out that will tell: queues a
  * zero-length Read Request (answered after them, RFC 5040 §5.5) within the ORD. */
 void iw_tx_probe(struct iw_qp *iq);
-/* sq.lock, after a flush: the next probe's FPDU made ahead, off the latency path. */
+/* sq.lock, after a flush on a connection that probes (ORD, Sends complete once placed):
+ * the next probe's FPDU made ahead, off the latency path. */
 void iw_tx_probe_ahead(struct iw_qp *iq);
 /* Under rx_busy: the answer to a zero-length Read Request the receive engine took itself
  * (iw_rx.c probe_fast), to (@sink_stag, @sink_to); -EAGAIN when the queue is full. */
