@@ -13,9 +13,14 @@
  *   once, in order, and no success follows a flush (IBA 10.8.3).
  * - A thread sleeping on a completion channel wakes for every message another thread
  *   sends (arm, re-poll, wait: no lost wake-up).
+ * - A sleeper wakes for a send whose writer stalls after its system call while the
+ *   peer's answer comes and is taken (between hosts: the acknowledgement of placement
+ *   that overtakes the write's own bookkeeping; a writer preempted there once left
+ *   rping's server asleep for ever).
  */
 #include "verbs/sv_test_peer.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -24,6 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
 
 /* Each test's bound: seconds on an idle machine; 30 s holds on a loaded 2-vCPU one, even
  * under ThreadSanitizer (which also gets fewer messages below: interleavings, not
@@ -523,6 +531,238 @@ static void test_channel_sleeper_wakes_for_every_message(void **state)
 	print_message("%d receives, %u wake-ups\n", CH_N, atomic_load(&s.events));
 }
 
+/* ---- the answer that overtakes the write ----------------------------------------------- */
+
+/*
+ * Two calls of the library pass through here, to set up the interleaving that once left
+ * rping's server asleep for ever between hosts.
+ *
+ * send/sendmsg: the library's writes to its sockets (iWARP: send for one piece, sendmsg
+ * for more). On a thread that set stall_ms, each returns only that long after the kernel
+ * took its bytes, as from a writer preempted right after the call.
+ *
+ * epoll_wait: while `hold` is up, the progress thread, about to sleep, waits here first
+ * (counted in `held`), so that an application thread's poll takes what arrives meanwhile
+ * and the progress thread goes to sleep after it, finding nothing.
+ *
+ * (Under ThreadSanitizer the library makes its system calls itself and nothing passes
+ * here; the test runs over iWARP only.)
+ */
+static _Thread_local int stall_ms;
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
+static bool hold;
+static int held;
+
+static struct timespec deadline_in(int ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	return ts;
+}
+
+static bool stalled; /* a writer stalls now (hold_mu) */
+
+static void stall(void)
+{
+	struct timespec ts = { 0, (long)stall_ms * 1000000 };
+
+	if (!stall_ms)
+		return;
+	pthread_mutex_lock(&hold_mu);
+	stalled = true;
+	pthread_cond_broadcast(&hold_cv);
+	pthread_mutex_unlock(&hold_mu);
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+	ssize_t (*real)(int, const void *, size_t, int) =
+		(ssize_t (*)(int, const void *, size_t, int))dlsym(RTLD_NEXT, "send");
+	ssize_t n = real(fd, buf, len, flags);
+	int e = errno;
+
+	stall();
+	errno = e;
+	return n;
+}
+
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	ssize_t (*real)(int, const struct msghdr *, int) =
+		(ssize_t (*)(int, const struct msghdr *, int))dlsym(RTLD_NEXT, "sendmsg");
+	ssize_t n = real(fd, msg, flags);
+	int e = errno;
+
+	stall();
+	errno = e;
+	return n;
+}
+
+int epoll_wait(int epfd, struct epoll_event *ev, int n, int timeout)
+{
+	int (*real)(int, struct epoll_event *, int, int) =
+		(int (*)(int, struct epoll_event *, int, int))dlsym(RTLD_NEXT, "epoll_wait");
+
+	if (timeout) {
+		struct timespec end = deadline_in(DEADLINE_MS);
+
+		pthread_mutex_lock(&hold_mu);
+		if (hold) {
+			held++;
+			pthread_cond_broadcast(&hold_cv);
+			while (hold && pthread_cond_timedwait(&hold_cv, &hold_mu, &end) != ETIMEDOUT)
+				;
+			held--;
+		}
+		pthread_mutex_unlock(&hold_mu);
+	}
+	return real(epfd, ev, n, timeout);
+}
+
+static void hold_engine(bool on)
+{
+	pthread_mutex_lock(&hold_mu);
+	hold = on;
+	pthread_cond_broadcast(&hold_cv);
+	pthread_mutex_unlock(&hold_mu);
+}
+
+/* Until the progress thread waits in epoll_wait's hold (bounded). */
+static bool engine_held(void)
+{
+	struct timespec end = deadline_in(TP_WAIT_MS);
+	bool ok;
+
+	pthread_mutex_lock(&hold_mu);
+	while (!held && pthread_cond_timedwait(&hold_cv, &hold_mu, &end) != ETIMEDOUT)
+		;
+	ok = held > 0;
+	pthread_mutex_unlock(&hold_mu);
+	return ok;
+}
+
+/* The application's poller: once the writer stalls (its bytes are out), polls the send
+ * CQ for a while (it moves both QPs: the progress thread is held), then stops, as rping's
+ * completion thread does once its CQ is empty. */
+struct poller {
+	struct tp_ep *ep;
+	int ms;
+	atomic_int got;
+	bool saw_stall;
+};
+
+static void *poller_main(void *arg)
+{
+	struct poller *p = arg;
+	struct timespec until = deadline_in(TP_WAIT_MS);
+	long long end;
+
+	pthread_mutex_lock(&hold_mu);
+	while (!stalled && pthread_cond_timedwait(&hold_cv, &hold_mu, &until) != ETIMEDOUT)
+		;
+	p->saw_stall = stalled;
+	pthread_mutex_unlock(&hold_mu);
+	end = tu_now_ms() + p->ms;
+	while (tu_now_ms() < end) {
+		struct ibv_wc wc;
+
+		if (ibv_poll_cq(p->ep->scq, 1, &wc) == 1)
+			atomic_fetch_add(&p->got, 1);
+	}
+	return NULL;
+}
+
+/*
+ * A signaled SEND between two QPs of this process over iWARP, its CQ armed:
+ * - the progress thread is asleep (held just before it sleeps);
+ * - the writer stalls 100 ms after the kernel took the SEND and its placement probe;
+ * - meanwhile an application thread polls (from the stall's start: the writer's bytes
+ *   are out): the peer places the SEND and answers the
+ *   probe, and the poll takes the answer before the write counts the SEND as sent, so
+ *   it completes nothing; it stops polling after 20 ms;
+ * - the writer returns; the progress thread, let go, sleeps (what woke it is read).
+ * The completion must still come and wake the channel (the writer wakes the progress
+ * thread when it finds the acknowledgement due).
+ */
+static void test_sleeper_wakes_when_the_answer_overtakes_the_write(void **state)
+{
+	struct tp_ep *ep;
+
+	if (!tu_wire_iwarp())
+		skip(); /* the placement probe and its answer are iWARP's */
+	ep = loop_pairs(state, 1, 1 << 16);
+	/* The connection up, both ways, before the rounds. */
+	{
+		struct tp_wr first = { .wr_id = 99, .opcode = IBV_WR_SEND,
+				       .send_flags = IBV_SEND_SIGNALED, .nsge = 1,
+				       .sge = { { 0, 32 } } };
+		struct ibv_wc wc;
+
+		assert_int_equal(tp_ep_post_recv(ep, 1, 99, &(struct tp_sge){ 4096, 64 }, 1), 0);
+		assert_int_equal(tp_ep_post_send(ep, 0, &first, 1, NULL), 0);
+		tp_expect_wc(ep->scq, 99, IBV_WC_SUCCESS, TP_WAIT_MS, &wc);
+		tp_expect_wc(ep->rcq, 99, IBV_WC_SUCCESS, TP_WAIT_MS, &wc);
+	}
+	for (int round = 0; round < 5; round++) {
+		struct tp_wr warm = { .wr_id = 100 + (uint64_t)round, .opcode = IBV_WR_SEND,
+				      .nsge = 1, .sge = { { 0, 32 } } };
+		struct tp_wr w = { .wr_id = (uint64_t)round, .opcode = IBV_WR_SEND,
+				   .send_flags = IBV_SEND_SIGNALED, .nsge = 1,
+				   .sge = { { 0, 32 } } };
+		struct pollfd pfd = { .fd = ep->ch->fd, .events = POLLIN };
+		struct poller p = { .ep = ep, .ms = 20 };
+		struct ibv_wc wc;
+		struct ibv_cq *cq;
+		pthread_t th;
+		void *ctx;
+		int ready;
+
+		/* An unsignaled SEND the progress thread moves alone; it then goes to sleep,
+		 * into the hold. */
+		assert_int_equal(tp_ep_post_recv(ep, 1, 100 + (uint64_t)round,
+						 &(struct tp_sge){ 4096, 64 }, 1), 0);
+		assert_int_equal(tp_ep_post_recv(ep, 1, (uint64_t)round,
+						 &(struct tp_sge){ 4096, 64 }, 1), 0);
+		hold_engine(true);
+		assert_int_equal(tp_ep_post_send(ep, 0, &warm, 1, NULL), 0);
+		if (!engine_held()) {
+			hold_engine(false);
+			fail_msg("round %d: the progress thread did not go to sleep", round);
+		}
+		assert_int_equal(ibv_req_notify_cq(ep->scq, 0), 0);
+		stalled = false;
+		assert_int_equal(pthread_create(&th, NULL, poller_main, &p), 0);
+		stall_ms = 100;
+		assert_int_equal(tp_ep_post_send(ep, 0, &w, 1, NULL), 0);
+		stall_ms = 0;
+		pthread_join(th, NULL);
+		hold_engine(false);
+		assert_true(p.saw_stall);
+		assert_int_equal(atomic_load(&p.got), 0); /* the SEND's completion was not due */
+		/* Asleep on the channel, as rping's completion thread is. (The bound is below
+		 * the 5 s of timers that would wake the progress thread anyway.) */
+		ready = poll(&pfd, 1, 2000);
+		if (ready != 1)
+			fail_msg("round %d: no completion event within 2 s", round);
+		assert_int_equal(ibv_get_cq_event(ep->ch, &cq, &ctx), 0);
+		assert_ptr_equal(cq, ep->scq);
+		ibv_ack_cq_events(cq, 1);
+		tp_expect_wc(ep->scq, (uint64_t)round, IBV_WC_SUCCESS, TP_WAIT_MS, &wc);
+		tp_expect_wc(ep->rcq, 100 + (uint64_t)round, IBV_WC_SUCCESS, TP_WAIT_MS, &wc);
+		tp_expect_wc(ep->rcq, (uint64_t)round, IBV_WC_SUCCESS, TP_WAIT_MS, &wc);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -531,6 +771,7 @@ int main(void)
 		T(test_threads_add_to_one_counter),
 		T(test_post_while_another_thread_moves_the_qp_to_err),
 		T(test_channel_sleeper_wakes_for_every_message),
+		T(test_sleeper_wakes_when_the_answer_overtakes_the_write),
 #undef T
 	};
 

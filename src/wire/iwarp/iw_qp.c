@@ -552,6 +552,27 @@ static void probe(struct sv_qp *qp, struct iw_qp *iq)
 	sv_spin_unlock(&qp->sq.lock);
 }
 
+/*
+ * After a write: the answer to our placement probe may have been taken by a poll before
+ * the write counted what it confirms as sent (advance() in iw_tx.c runs after the
+ * system call returns: a writer preempted there, and a quick peer). That poll completed
+ * nothing, and an application asleep on its completion channel polls no more: the
+ * writer sees the acknowledgement due and wakes the progress thread, which stays awake
+ * while it is (has_work). Rare: the answer is a round trip behind the write, so the
+ * look finds nothing due and costs no system call.
+ */
+static void ack_due(struct iw_qp *iq)
+{
+	if (!iq->confirm || !iq->ord || sv_engine_on_thread())
+		return;
+	/* tx_acked, stored by the write, before confirmed is loaded; the poll stores
+	 * confirmed before it loads tx_acked (answer_done, then local_answers): one of the
+	 * two sees the other's. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (iw_tx_ackable(iq))
+		sv_engine_kick();
+}
+
 static void flush(struct sv_qp *qp)
 {
 	struct iw_qp *iq = iw_of(qp);
@@ -572,6 +593,8 @@ static void flush(struct sv_qp *qp)
 		sv_dbg("iwarp qp %u: sendmsg: %s", iq->qpn, strerror(-err));
 		atomic_store(&iq->fatal, true);
 	}
+	if (err > 0)
+		ack_due(iq);
 }
 
 /* --- the passive side: a connection handed to us ---------------------------------------- */
@@ -946,19 +969,26 @@ static int poll_qp(struct sv_qp *qp)
 	sv_rx_unlock(qp);
 	/* Answers the responder queued (Read Responses) and Terminates go now, unless
 	 * answers_wait says they ride with what the application sends next. */
-	if (iw_tx_pending(iq) && !answers_wait(qp, iq) && iw_tx_flush(iq) < 0)
-		atomic_store(&iq->fatal, true);
+	if (iw_tx_pending(iq) && !answers_wait(qp, iq)) {
+		int err = iw_tx_flush(iq);
+
+		if (err < 0)
+			atomic_store(&iq->fatal, true);
+		else if (err > 0)
+			ack_due(iq);
+	}
 	return n;
 }
 
 /* Whether a local acknowledgement is due: read under rx_busy, whose holder moves the
- * queues it looks at (a holder there now will deliver it itself). */
+ * queues it looks at. A holder there now counts as one: it may have passed its own look
+ * before a write made one due (ack_due woke us for it), so we look again after it. */
 static bool ackable(struct iw_qp *iq)
 {
 	bool due;
 
 	if (!sv_rx_trylock(iq->qp))
-		return false;
+		return true;
 	due = iw_tx_ackable(iq) != 0;
 	sv_rx_unlock(iq->qp);
 	return due;

@@ -626,7 +626,8 @@ static bool first_waiting(_Atomic uint32_t *head, _Atomic uint32_t *tail, const 
 
 uint32_t iw_tx_ackable(struct iw_qp *iq)
 {
-	uint32_t upto = atomic_load_explicit(&iq->tx_acked, memory_order_acquire), m;
+	/* (seq_cst: against a write's look, iw_qp.c ack_due) */
+	uint32_t upto = atomic_load(&iq->tx_acked), m;
 	uint32_t confirmed = atomic_load_explicit(&iq->confirmed, memory_order_acquire);
 
 	if (first_waiting(&iq->rd_head, &iq->rd_tail, iq->rdq, &m) && sv_msn_le(m, upto))

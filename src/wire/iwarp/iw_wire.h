@@ -241,7 +241,8 @@ bool iw_tx_pending(const struct iw_qp *iq);
 int iw_tx_take_fd(struct iw_qp *iq, int wait_ms);
 /* rx_busy: the msn up to which requests are complete (local acknowledgement), never past
  * a Read or atomic that waits for its response, nor past a WRITE not yet known placed.
- * 0: nothing new. */
+ * 0: nothing new. (A writer's look without rx_busy, iw_qp.c ack_due, may see one that
+ * a poll is delivering at that moment: it only wakes the progress thread.) */
 uint32_t iw_tx_ackable(struct iw_qp *iq);
 /* rx_busy: as iw_tx_ackable, without waiting for placement: what TCP took. */
 uint32_t iw_tx_written(struct iw_qp *iq);
