@@ -700,6 +700,9 @@ static void test_sleeper_wakes_when_the_answer_overtakes_the_write(void **state)
 
 	if (!tu_wire_iwarp())
 		skip(); /* the placement probe and its answer are iWARP's */
+#if defined(__SANITIZE_THREAD__)
+	skip(); /* the library's writes do not pass through send here: nothing stalls */
+#endif
 	ep = loop_pairs(state, 1, 1 << 16);
 	/* The connection up, both ways, before the rounds. */
 	{
