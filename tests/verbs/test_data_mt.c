@@ -614,10 +614,10 @@ int epoll_wait(int epfd, struct epoll_event *ev, int n, int timeout)
 		(int (*)(int, struct epoll_event *, int, int))dlsym(RTLD_NEXT, "epoll_wait");
 
 	if (timeout) {
-		struct timespec end = deadline_in(DEADLINE_MS);
-
 		pthread_mutex_lock(&hold_mu);
 		if (hold) {
+			struct timespec end = deadline_in(DEADLINE_MS);
+
 			held++;
 			pthread_cond_broadcast(&hold_cv);
 			while (hold && pthread_cond_timedwait(&hold_cv, &hold_mu, &end) != ETIMEDOUT)
@@ -687,9 +687,9 @@ static void *poller_main(void *arg)
  * - the progress thread is asleep (held just before it sleeps);
  * - the writer stalls 100 ms after the kernel took the SEND and its placement probe;
  * - meanwhile an application thread polls (from the stall's start: the writer's bytes
- *   are out): the peer places the SEND and answers the
- *   probe, and the poll takes the answer before the write counts the SEND as sent, so
- *   it completes nothing; it stops polling after 20 ms;
+ *   are out): the peer places the SEND and answers the probe, and the poll takes the
+ *   answer before the write counts the SEND as sent, so it completes nothing; it stops
+ *   polling after 20 ms;
  * - the writer returns; the progress thread, let go, sleeps (what woke it is read).
  * The completion must still come and wake the channel (the writer wakes the progress
  * thread when it finds the acknowledgement due).
@@ -700,7 +700,7 @@ static void test_sleeper_wakes_when_the_answer_overtakes_the_write(void **state)
 
 	if (!tu_wire_iwarp())
 		skip(); /* the placement probe and its answer are iWARP's */
-#if defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_THREAD__) /* the library's own test (src/util/sv_app.c) */
 	skip(); /* the library's writes do not pass through send here: nothing stalls */
 #endif
 	ep = loop_pairs(state, 1, 1 << 16);
