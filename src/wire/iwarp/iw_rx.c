@@ -547,6 +547,18 @@ static bool answer_hdr(struct iw_qp *iq, const struct iw_hdr *ih, uint32_t hl, s
 						IW_ECODE_DDP_T_INV_STAG }, hl);
 		return false;
 	}
+	if (!rd->size && ih->last && ih->to == rd->sink_to) {
+		/* Linux siw (6.1, siw_activate_tx) answers a zero-length Read that waited
+		 * behind other transmit work with the length and source of the WQE it sent
+		 * before (it leaves sge[0] as it was): one last segment, at the sink's offset.
+		 * A zero-length Read places nothing: its payload is skipped (finish). Our sink
+		 * STags name no memory (iw_tx.c SINK_STAG), so nothing else could take it. */
+		h->len = 0;
+		h->op = SV_OP_READ_RESP;
+		h->flags = SV_F_FIRST | SV_F_LAST;
+		h->total = 0;
+		return true;
+	}
 	if (ih->to != rd->sink_to + rd->got || rd->got + ih->payload_len > rd->size ||
 	    ih->last != (rd->got + ih->payload_len == rd->size)) {
 		violation(iq, (struct iw_term){ IW_TERM_DDP, IW_ETYPE_DDP_TAGGED,

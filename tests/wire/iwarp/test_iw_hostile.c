@@ -1316,6 +1316,83 @@ static void atomic_resp_unsolicited(void **state)
 	expect_down_all(x, IBV_EVENT_QP_FATAL);
 }
 
+/* ---- a peer as Linux siw behaves (issue 23) ------------------------------------------ */
+
+/* Answers the fixture's outstanding RDMA Read in full: its completion, the bytes placed. */
+static void answer_fixture_read(struct hx *x)
+{
+	uint8_t pl[SINK_LEN];
+	struct iw_hdr h = { .opcode = IW_OP_READ_RESP, .last = true,
+			    .stag = x->read_req.sink_stag, .to = x->read_req.sink_to };
+	struct ibv_wc wc;
+
+	for (int i = 0; i < SINK_LEN; i++)
+		pl[i] = (uint8_t)(0x11 * i);
+	fpdu(x, &h, pl, SINK_LEN, false);
+	flush_out(x);
+	assert_int_equal(tu_poll(x->res->cq, 1, &wc, WAIT_MS), 1);
+	assert_int_equal(wc.wr_id, WR_READ);
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	memcpy(x->shadow + SINK_AT, pl, SINK_LEN);
+}
+
+/* The next Read Request the QP sends, after those seen (Sends and the rest skipped). */
+static struct iw_hdr next_read_req(struct hx *x)
+{
+	x->read_seen = false;
+	wait_read_req(x);
+	return x->read_req;
+}
+
+/*
+ * Linux siw (6.1, siw_activate_tx) answers a zero-length Read Request that waited behind
+ * other transmit work with the length and source of the WQE it sent before: a Read
+ * Response of 16 bytes (rping's Send) to a Read of none. Caught between softverbs and siw
+ * (rping -v: the Terminate "DDP tagged base or bounds" after a few pings, both
+ * directions). A zero-length Read places nothing: its answer's payload is dropped, the
+ * Read (here the placement probe after a Send, then the application's own zero-length
+ * Read) completes, the connection stays up.
+ */
+static void zero_read_answered_with_stale_bytes(void **state)
+{
+	struct hx *x = *state;
+	uint8_t stale[16], msg[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct ibv_sge sge = { (uintptr_t)(x->region + 3000), sizeof(msg), x->mr->lkey };
+	struct ibv_send_wr swr = { .wr_id = 7, .sg_list = &sge, .num_sge = 1,
+				   .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_send_wr rwr = { .wr_id = 8, .opcode = IBV_WR_RDMA_READ,
+				   .send_flags = IBV_SEND_SIGNALED,
+				   .wr.rdma = { .remote_addr = 0x1000, .rkey = REMOTE_STAG } };
+	struct ibv_send_wr *bad;
+	struct ibv_async_event ev;
+	struct ibv_wc wc;
+	struct iw_hdr rq, h = { .opcode = IW_OP_READ_RESP, .last = true };
+	char d[128];
+
+	memset(stale, 0xee, sizeof(stale));
+	answer_fixture_read(x);
+	memcpy(x->region + 3000, msg, sizeof(msg));
+	memcpy(x->shadow + 3000, msg, sizeof(msg));
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(ibv_post_send(x->qp, round ? &rwr : &swr, &bad), 0);
+		rq = next_read_req(x); /* round 0: the placement probe after the Send */
+		assert_int_equal(rq.read_size, 0);
+		h.stag = rq.sink_stag;
+		h.to = rq.sink_to;
+		fpdu(x, &h, stale, sizeof(stale), false);
+		flush_out(x);
+		if (tu_poll(x->res->cq, 1, &wc, WAIT_MS) != 1)
+			fail_msg("round %d: no completion after the answer", round);
+		assert_int_equal(wc.wr_id, round ? 8 : 7);
+		if (wc.status != IBV_WC_SUCCESS)
+			fail_msg("round %d: %s", round, ibv_wc_status_str(wc.status));
+	}
+	intact(x);
+	assert_int_equal(tu_query_state(x->qp), IBV_QPS_RTS);
+	assert_int_equal(tu_next_async(x->res->ctx, 0, &ev, d, sizeof(d)), 0);
+	bystander_works(x);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup_crc, teardown)
 
 int main(void)
@@ -1362,6 +1439,7 @@ int main(void)
 		T(atomic_past_end),
 		T(atomic_unaligned),
 		T(atomic_resp_unsolicited),
+		T(zero_read_answered_with_stale_bytes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
