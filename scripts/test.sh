@@ -8,8 +8,8 @@ cd "$(dirname "$0")/.."
 
 scripts/setup.sh --no-run
 
-echo "== gcc build: all tests"
-(cd build && ctest --output-on-failure -j2)
+echo "== gcc build: all tests but the interop stage (ctest -L interop: README)"
+(cd build && ctest --output-on-failure -j2 -LE interop)
 
 echo "== ASan+UBSan build: unit, verbs and rdmacm tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSV_SANITIZE=address,undefined >/dev/null

@@ -1,0 +1,234 @@
+#!/bin/bash
+# softverbs against Linux's kernel soft-iWARP (siw), both directions: boots Debian's
+# kernel with siw in qemu (../shared/kvm: fetch.sh, build-initramfs.sh, boot.sh; tap
+# networking, host 10.199.0.1 in a network namespace of its own, guest 10.199.0.2) and
+# runs Debian's unmodified rdma_cm programs with one end on softverbs (this build's
+# libraries, on the host side of the tap) and the other on siw0 in the guest:
+#   rping -v -V -C COUNT        (RUNS times each way; every ping's data checked by
+#                                both ends, each end's count of pings checked)
+#   ucmatose, rdma_server/rdma_client, cmtime
+#   perftest -R: ib_{send,write,read}_{lat,bw}
+# and the same perftest and rping with both ends on siw in the guest, for siw's own
+# figures beside ours (emulated kernel code: compare within one run only).
+#
+# usage: tests/interop/siw.sh BUILD_DIR [--runs N] [--count N] [--quick] [--keep]
+#   --quick   one run each, 200 pings, perftest write only
+#   --keep    keep the host side's logs (printed where)
+# Needs root (a network namespace, a tap device, apt-get on first use) and the kvm
+# harness beside the checkout (SOFTVERBS_KVM_DIR, default ../shared/kvm); skips (77)
+# with a message otherwise. What the harness downloads and builds goes under
+# BUILD_DIR/kvm (KVM_CACHE, KVM_BUILD, KVM_OUT), since ../shared may be read-only.
+# The first run fetches ~230 MB of Debian packages and builds siw.ko (a few minutes);
+# a boot takes ~10 s, the whole matrix ~5 minutes under TCG.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+
+if [ "${1:-}" = --host-side ]; then
+  shift
+  # ---- the host side: runs inside the tap's namespace (boot.sh --host-cmd) --------
+  BUILD=$1 RUNS=$2 COUNT=$3 QUICK=$4 T=$5
+  SV="$BUILD/bin/softverbs"
+  G=10.199.0.2 H=10.199.0.1
+  PASS=0 FAIL=0
+  mkdir -p "$T"
+  # gsh CMD: runs CMD in the guest's shell, prints what it printed.
+  gsh() {
+    timeout 600 bash -c 'exec 3<>/dev/tcp/10.199.0.2/7998 || exit 2
+                         printf "%s\nexit\n" "$1" >&3; cat <&3' gsh "$1"
+  }
+  # gwait: until no program of the test runs in the guest (30 s), then none does.
+  gwait() {
+    gsh 'i=0; while pidof rping ucmatose rdma_server cmtime ib_send_lat ib_send_bw \
+           ib_write_lat ib_write_bw ib_read_lat ib_read_bw >/dev/null && [ $i -lt 150 ]; do
+           sleep 0.2; i=$((i + 1)); done
+         killall -9 rping ucmatose rdma_server cmtime ib_send_lat ib_send_bw ib_write_lat \
+           ib_write_bw ib_read_lat ib_read_bw 2>/dev/null; true'
+  }
+  glisten() { gsh ". /guest/lib.sh; kvmh_wait_tcp_listen $1 30 && echo yes"; }
+  hlisten() {
+    for _ in $(seq 300); do
+      ss -ltnH | awk -v p=":$1" '{ l = $4 } substr(l, length(l) - length(p) + 1) == p { f = 1 }
+                                 END { exit !f }' && return 0
+      sleep 0.1
+    done
+    return 1
+  }
+  check() { # check NAME CONDITION...
+    local name=$1; shift
+    if "$@"; then PASS=$((PASS + 1)); echo "ok   $name"
+    else FAIL=$((FAIL + 1)); echo "FAIL $name"; return 1; fi
+  }
+  figure() { echo "figure $1 $2 $3"; } # NAME PEERS VALUE
+
+  # rping_ok LOG_CLIENT RC N_CLIENT N_SERVER: exit 0, every ping seen by the server,
+  # all but possibly the last by the client (rping's client prints the ping it got back
+  # before it sends the next: the last is not printed when the server ends first), no
+  # mismatch reported by -V.
+  rping_ok() {
+    [ "$2" -eq 0 ] && [ "$3" -ge $((COUNT - 1)) ] && [ "$4" -eq "$COUNT" ] &&
+      ! grep -qiE 'mismatch|error' "$1"
+  }
+
+  port=7200
+  for r in $(seq "$RUNS"); do
+    # softverbs client -> siw server
+    port=$((port + 1))
+    gsh "rping -s -a $G -p $port -C $COUNT -v -V > /tmp/rs.log 2>&1 < /dev/null &" >/dev/null
+    glisten $port >/dev/null
+    t0=$(date +%s.%N)
+    timeout 120 "$SV" run rping -c -a $G -p $port -C "$COUNT" -v -V > "$T/rc.log" 2>&1; rc=$?
+    t1=$(date +%s.%N)
+    gwait >/dev/null
+    ns=$(gsh "grep -c 'ping data' /tmp/rs.log")
+    nc=$(grep -c 'ping data' "$T/rc.log")
+    check "rping softverbs->siw run $r ($nc/$ns pings, rc $rc)" rping_ok "$T/rc.log" $rc "$nc" "$ns"
+    figure rping_s softverbs-client/siw-server "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
+    # siw client -> softverbs server
+    port=$((port + 1))
+    timeout 130 "$SV" run rping -s -a $H -p $port -C "$COUNT" -v -V > "$T/rs.log" 2>&1 &
+    spid=$!
+    hlisten $port
+    out=$(gsh "t0=\$(cut -d' ' -f1 /proc/uptime); timeout 120 rping -c -a $H -p $port -C $COUNT -v -V > /tmp/rc.log 2>&1
+               echo \$? \$(grep -c 'ping data' /tmp/rc.log) \$t0 \$(cut -d' ' -f1 /proc/uptime)
+               grep -iE 'mismatch|error' /tmp/rc.log | head -3")
+    wait $spid
+    ns=$(grep -c 'ping data' "$T/rs.log")
+    set -- $out
+    check "rping siw->softverbs run $r ($2/$ns pings, rc $1)" rping_ok "$T/rs.log" "$1" "$2" "$ns"
+    figure rping_s siw-client/softverbs-server "$(awk -v a="$3" -v b="$4" 'BEGIN { print b - a }')"
+  done
+  # siw with itself, same VM
+  port=$((port + 1))
+  out=$(gsh "rping -s -a $G -p $port -C $COUNT -v -V > /tmp/bs.log 2>&1 < /dev/null & s=\$!
+             . /guest/lib.sh; kvmh_wait_tcp_listen $port 30
+             t0=\$(cut -d' ' -f1 /proc/uptime); timeout 120 rping -c -a $G -p $port -C $COUNT -v -V > /tmp/bc.log 2>&1
+             echo \$? \$t0 \$(cut -d' ' -f1 /proc/uptime); wait \$s")
+  set -- $out
+  figure rping_s siw/siw "$(awk -v a="$2" -v b="$3" 'BEGIN { print b - a }')"
+
+  # simple rdma_cm programs: NAME SERVER-ARGS CLIENT-ARGS (addresses filled in)
+  cm_prog() {
+    local name=$1 sargs=$2 cargs=$3 sbin=$1 cbin=$1 out rc
+    [ "$name" = rdma_server ] && cbin=rdma_client
+    port=$((port + 1))
+    gsh "$sbin ${sargs//ADDR/$G} -p $port > /tmp/ps.log 2>&1 < /dev/null &" >/dev/null
+    glisten $port >/dev/null
+    timeout 60 "$SV" run $cbin ${cargs//ADDR/$G} -p $port > "$T/pc.log" 2>&1; rc=$?
+    out=$(gsh "i=0; while pidof $sbin >/dev/null && [ \$i -lt 100 ]; do sleep 0.2; i=\$((i+1)); done
+               pidof $sbin >/dev/null && { killall -9 $sbin; echo killed; }; true")
+    [ "$name" = cmtime ] && out= # its server waits for ever: killed once the client is done
+    check "$name softverbs->siw (client rc $rc${out:+, server $out})" \
+      test "$rc" -eq 0 -a -z "$out"
+    [ "$rc" -eq 0 ] || tail -n 3 "$T/pc.log" | sed 's/^/    /'
+    port=$((port + 1))
+    timeout 60 "$SV" run $sbin ${sargs//ADDR/$H} -p $port > "$T/ps.log" 2>&1 &
+    local spid=$!
+    hlisten $port
+    out=$(gsh "timeout 60 $cbin ${cargs//ADDR/$H} -p $port > /tmp/pc.log 2>&1; echo \$?; tail -n 3 /tmp/pc.log")
+    wait $spid; local src=$?
+    [ "$name" = cmtime ] && src=0 # its server waits for ever: timeout ends it
+    check "$name siw->softverbs (client rc ${out%%$'\n'*}, server rc $src)" \
+      test "${out%%$'\n'*}" = 0 -a "$src" -eq 0 ||
+      { echo "$out" | tail -n +2 | sed 's/^/    client: /'; tail -n 3 "$T/ps.log" | sed 's/^/    server: /'; }
+  }
+  cm_prog ucmatose "-b ADDR" "-s ADDR"
+  cm_prog rdma_server "-s ADDR" "-s ADDR"
+  cm_prog cmtime "-b ADDR -c 10" "-s ADDR -c 10"
+
+  # perftest -R: TEST SIZE; the figure is t_typical (lat) or BW average (bw)
+  pt_value() { # LOG KIND
+    awk -v k="$2" '$1 ~ /^[0-9]+$/ && NF >= 5 { v = (k == "lat") ? $5 : $4 } END { print v }' "$1"
+  }
+  perf() {
+    local t=$1 size=$2 kind=${1##*_} iters=1000 out v
+    port=$((port + 1))
+    gsh "$t -R -d siw0 -p $port -n $iters -s $size > /tmp/ts.log 2>&1 < /dev/null &" >/dev/null
+    glisten $port >/dev/null
+    timeout 120 "$SV" run $t -R -p $port -n $iters -s "$size" $G > "$T/tc.log" 2>&1; rc=$?
+    gwait >/dev/null
+    v=$(pt_value "$T/tc.log" "$kind")
+    check "$t -s $size softverbs->siw (rc $rc, $v)" test "$rc" -eq 0 -a -n "$v"
+    [ "$rc" -eq 0 ] || tail -n 3 "$T/tc.log" | sed 's/^/    /'
+    figure "$t" softverbs-client/siw-server "$v"
+    port=$((port + 1))
+    timeout 130 "$SV" run $t -R -p $port -n $iters -s "$size" > "$T/ts.log" 2>&1 &
+    local spid=$!
+    hlisten $port
+    gsh "timeout 120 $t -R -d siw0 -p $port -n $iters -s $size $H > /tmp/tc.log 2>&1; echo rc=\$?" > "$T/tcg.rc"
+    gsh "cat /tmp/tc.log" > "$T/tcg.log"
+    wait $spid; local src=$?
+    v=$(pt_value "$T/tcg.log" "$kind")
+    check "$t -s $size siw->softverbs (rc $(cat "$T/tcg.rc"), server rc $src, $v)" \
+      test "$(cat "$T/tcg.rc")" = rc=0 -a "$src" -eq 0 -a -n "$v" ||
+      tail -n 3 "$T/tcg.log" | sed 's/^/    /'
+
+    figure "$t" siw-client/softverbs-server "$v"
+    port=$((port + 1))
+    gsh "$t -R -d siw0 -p $port -n $iters -s $size > /tmp/bs.log 2>&1 < /dev/null &
+         . /guest/lib.sh; kvmh_wait_tcp_listen $port 30
+         timeout 120 $t -R -d siw0 -p $port -n $iters -s $size $G > /tmp/bc.log 2>&1" >/dev/null
+    gwait >/dev/null
+    gsh "cat /tmp/bc.log" > "$T/bc.log"
+    figure "$t" siw/siw "$(pt_value "$T/bc.log" "$kind")"
+  }
+  if [ "$QUICK" = 1 ]; then
+    perf ib_write_lat 2
+    perf ib_write_bw 65536
+  else
+    for t in send write read; do
+      perf ib_${t}_lat 2
+      perf ib_${t}_bw 65536
+    done
+  fi
+  echo "$PASS passed, $FAIL failed"
+  [ "$FAIL" -eq 0 ]
+  exit
+fi
+
+# ---- the outer side: set up, boot, report -----------------------------------------------
+BUILD=${1:?usage: siw.sh BUILD_DIR [--runs N] [--count N] [--quick] [--keep]}
+BUILD=$(cd "$BUILD" && pwd)
+shift
+RUNS=10 COUNT=1000 QUICK=0 KEEP=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --runs) RUNS=$2; shift 2 ;;
+    --count) COUNT=$2; shift 2 ;;
+    --quick) QUICK=1 RUNS=1 COUNT=200; shift ;;
+    --keep) KEEP=1; shift ;;
+    *) echo "siw.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+KVM=${SOFTVERBS_KVM_DIR:-$ROOT/../shared/kvm}
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: the siw VM needs root (a tap device, apt-get)"; exit 77; }
+[ -x "$KVM/boot.sh" ] || { echo "SKIP: no kvm harness at $KVM (SOFTVERBS_KVM_DIR)"; exit 77; }
+[ -x "$BUILD/bin/softverbs" ] || { echo "siw.sh: $BUILD/bin/softverbs not built" >&2; exit 2; }
+export KVM_CACHE=$BUILD/kvm/cache KVM_BUILD=$BUILD/kvm/build KVM_OUT=$BUILD/kvm/out
+mkdir -p "$KVM_CACHE" "$KVM_BUILD" "$KVM_OUT"
+if [ ! -s "$KVM_BUILD/initramfs.cpio.gz" ] || [ ! -s "$KVM_BUILD/vmlinuz" ]; then
+  echo "siw.sh: fetching and building the VM (first use; a few minutes)"
+  if ! "$KVM/fetch.sh" > "$KVM_OUT/fetch.log" 2>&1 ||
+     ! "$KVM/build-initramfs.sh" > "$KVM_OUT/build.log" 2>&1; then
+    tail -n 5 "$KVM_OUT/fetch.log" "$KVM_OUT/build.log" 2>/dev/null
+    echo "SKIP: the VM could not be built here (logs in $KVM_OUT)"
+    exit 77
+  fi
+fi
+T=$(mktemp -d /tmp/sv-siw.XXXXXX)
+LOG=$KVM_OUT/siw-$(date +%Y%m%dT%H%M%S).log
+echo "siw.sh: booting (log $LOG); host side logs in $T"
+"$KVM/boot.sh" -q --net tap --netns "svsiw$$" --timeout 3000 --log "$LOG" \
+  --host-cmd "bash '$HERE/siw.sh' --host-side '$BUILD' $RUNS $COUNT $QUICK '$T'" \
+  "$HERE/guest-serve.sh" 2900
+rc=$?
+grep -v '^figure ' "$LOG.host" | grep -v '^KVMH-HOST-RC'
+echo "figures (medians; rping: seconds for $COUNT pings; lat: t_typical us; bw: MB/s):"
+grep '^figure ' "$LOG.host" | awk '{ print $2, $3 }' | sort -u | while read -r name peers; do
+  med=$(awk -v n="$name" -v p="$peers" '$2 == n && $3 == p { print $4 }' "$LOG.host" |
+        sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')
+  printf '  %-14s %-28s %s\n' "$name" "$peers" "$med"
+done
+[ "$KEEP" = 1 ] || rm -rf "$T"
+grep -q ' passed, 0 failed$' "$LOG.host" || rc=1
+exit $rc
