@@ -72,6 +72,9 @@ struct softverbs_stream {
 	uint8_t crc;        /* MPA CRC on (the C bit both sides agreed) */
 	uint8_t rfc7306;    /* the peer takes RFC 7306 atomics and immediate data */
 	uint16_t ird, ord;  /* RFC 6581: the Read Requests each side takes / sends at once */
+	uint8_t peer_first; /* the passive side of an MPA exchange: the QP sends nothing
+			     * until the initiator's first FPDU has arrived (RFC 5044 §7.1,
+			     * rdma_connect(3) "IWARP SPECIFIC"); 0: it may send at once */
 };
 
 /*

@@ -218,6 +218,10 @@ int cma_qp_adopt(struct cma_id *id)
 	struct softverbs_stream s = {
 		.crc = id->mpa_crc, .rfc7306 = id->rfc7306,
 		.ird = id->resp_res, .ord = id->init_depth,
+		/* RFC 5044 §7.1: the passive side sends nothing before the initiator's first
+		 * FPDU (a siw initiator that finds bytes behind the reply drops the
+		 * connection: "peer sent extra data"). */
+		.peer_first = id->state == CMA_REQ_RCVD,
 	};
 	struct ibv_qp_attr cur;
 	struct ibv_qp_init_attr init;

@@ -82,7 +82,9 @@ int softverbs_qp_adopt_stream(struct ibv_qp *qp, int fd, const struct softverbs_
 	if (q->attr.qp_state != IBV_QPS_INIT || !sv_wire_is_iwarp(q->wire))
 		err = EINVAL;
 	else
-		err = -sv_wire_adopt_stream(q, fd, s->crc != 0, s->rfc7306 != 0, s->ird, s->ord);
+		err = -sv_wire_adopt_stream(q, fd, &(struct sv_stream){
+			.crc = s->crc != 0, .ext = s->rfc7306 != 0, .ird = s->ird, .ord = s->ord,
+			.peer_first = s->peer_first != 0 });
 	pthread_mutex_unlock(&q->lock);
 	return err;
 }

@@ -281,4 +281,14 @@ void sv_comp_peer_gone(struct sv_qp *qp);
  * holds back meanwhile (sv_cq.c). */
 bool sv_cq_waiting_for(struct sv_qp *qp);
 
+/* What the two ends of a stream-carried connection agreed before it reached the wire
+ * (rdma_cm's MPA exchange; sv_wire_adopt_stream): MPA CRC, RFC 7306, RFC 6581's IRD and
+ * ORD, and whether this end is the passive one, which sends nothing before the
+ * initiator's first FPDU (RFC 5044 §7.1). */
+struct sv_stream {
+	bool crc, ext;
+	uint16_t ird, ord;
+	bool peer_first;
+};
+
 #endif

@@ -26,10 +26,9 @@ bool sv_wire_is_iwarp(const struct sv_wire_ops *w)
 	return w == &sv_wire_iwarp;
 }
 
-int sv_wire_adopt_stream(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t ird,
-			 uint16_t ord)
+int sv_wire_adopt_stream(struct sv_qp *qp, int fd, const struct sv_stream *s)
 {
-	return qp->wire == &sv_wire_iwarp ? iw_qp_adopt(qp, fd, crc, ext, ird, ord) : -EINVAL;
+	return qp->wire == &sv_wire_iwarp ? iw_qp_adopt(qp, fd, s) : -EINVAL;
 }
 
 const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type)

@@ -23,7 +23,6 @@ const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp);
 void sv_wire_choose_next(const char *name);
 bool sv_wire_is_iwarp(const struct sv_wire_ops *w);
 /* An iWARP QP in INIT takes a connected stream whose MPA exchange is done (rdma_cm). */
-int sv_wire_adopt_stream(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t ird,
-			 uint16_t ord);
+int sv_wire_adopt_stream(struct sv_qp *qp, int fd, const struct sv_stream *s);
 
 #endif

@@ -37,6 +37,19 @@ enum {
 	IW_IRD_ORD_MAX = 128,    /* as siw (RFC 6581 words hold 14 bits) */
 	IW_SETUP_GRACE_MS = 2000, /* the connection's set-up, before the retry timer runs */
 	IW_REDIAL_MAX_MS = 4000,  /* ... and how long after it a port nobody answers is dialed */
+	/* The passive side of an MPA exchange waits this long at most for the initiator's
+	 * first FPDU before it sends (RFC 5044 §7.1 says until it comes; an initiator
+	 * that waits for the responder to speak first, as ucmatose's client does, would wait
+	 * for ever; a Linux siw initiator drops a connection whose reply has bytes behind it
+	 * before it has read the reply: "peer sent extra data"). */
+	IW_PEER_FIRST_MS = 50,
+	/* The active side of an MPA exchange whose peer has said nothing this long after the
+	 * connection came up sends one zero-length RDMA Write. A Linux siw responder (6.1)
+	 * hands the socket to its QP only after it sent the reply: FPDUs that arrive in
+	 * between are signalled to its connection manager, which ignores them, and stay
+	 * unread until more bytes come (siw_accept, siw_qp_socket_assoc). An initiator that
+	 * sent its first message and waits for the answer (rping) would wait for ever. */
+	IW_NUDGE_MS = 50,
 };
 
 /* --- what this process set up once ---------------------------------------------------------- */
@@ -514,7 +527,7 @@ static enum sv_reach reach(struct sv_qp *qp, uint32_t dest_qpn)
 		return SV_REACH_UNREACHABLE; /* iWARP has no datagrams */
 	switch (atomic_load(&iw_of(qp)->link)) {
 	case IW_LINK_UP:
-		return SV_REACH_READY;
+		return SV_REACH_READY; /* (what peer_first holds waits in the wire's queue) */
 	case IW_LINK_DIALING:
 	case IW_LINK_EXPECTING:
 	case IW_LINK_REDIAL:
@@ -801,7 +814,7 @@ static void dialing(struct sv_qp *qp, struct iw_qp *iq)
 	       iq->crc, iq->ext);
 }
 
-int iw_qp_adopt(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t ird, uint16_t ord)
+int iw_qp_adopt(struct sv_qp *qp, int fd, const struct sv_stream *s)
 {
 	struct iw_qp *iq = iw_of(qp);
 	uint64_t watch = 0;
@@ -823,20 +836,25 @@ int iw_qp_adopt(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t ird, uint
 	iw_rx_reset(iq);
 	iw_tx_reset(iq);
 	iq->adopted = true;
-	iq->crc = crc;
-	iq->ext = ext;
-	iq->ird = ird < IW_IRD_ORD_MAX ? ird : IW_IRD_ORD_MAX;
+	iq->crc = s->crc;
+	iq->ext = s->ext;
+	iq->ird = s->ird < IW_IRD_ORD_MAX ? s->ird : IW_IRD_ORD_MAX;
 	if (!iq->ird)
 		iq->ird = 1;
-	iq->ord = ord;
+	iq->ord = s->ord;
+	iq->peer_first_until = sv_now_ns() + IW_PEER_FIRST_MS * 1000000ull;
+	atomic_store(&iq->peer_first, s->peer_first);
+	iq->nudge_at = sv_now_ns() + IW_NUDGE_MS * 1000000ull;
+	atomic_store(&iq->rx_seen, false);
+	atomic_store(&iq->nudge_due, !s->peer_first);
 	atomic_store(&iq->fd, fd);
 	iq->watch = watch;
 	atomic_store(&iq->link, IW_LINK_UP);
 	sv_spin_unlock(&qp->sq.lock);
 	sv_rx_unlock(qp);
 	sv_engine_kick();
-	sv_dbg("iwarp qp %u: adopted a stream (crc %d, ext %d, ird %u, ord %u)", iq->qpn, crc,
-	       ext, iq->ird, ord);
+	sv_dbg("iwarp qp %u: adopted a stream (crc %d, ext %d, ird %u, ord %u%s)", iq->qpn,
+	       s->crc, s->ext, iq->ird, s->ord, s->peer_first ? ", the peer first" : "");
 	return 0;
 }
 
@@ -1042,7 +1060,8 @@ static bool needs_timer(struct sv_qp *qp)
 	struct iw_qp *iq = iw_of(qp);
 
 	return has_work(iq) || atomic_load(&iq->link) == IW_LINK_EXPECTING ||
-	       atomic_load(&iq->link) == IW_LINK_REDIAL;
+	       atomic_load(&iq->link) == IW_LINK_REDIAL || atomic_load(&iq->peer_first) ||
+	       atomic_load(&iq->nudge_due);
 }
 
 static int timers(struct sv_qp *qp)
@@ -1054,6 +1073,24 @@ static int timers(struct sv_qp *qp)
 		(void)iw_conn_port_ensure();
 	if (atomic_load(&iq->link) == IW_LINK_REDIAL) {
 		redial(qp, iq);
+		return 1;
+	}
+	/* The responder has said nothing since the connection came up: one zero-length
+	 * Write, so that a responder which did not read what came first reads now. */
+	if (atomic_load(&iq->nudge_due) && sv_now_ns() >= iq->nudge_at &&
+	    atomic_exchange(&iq->nudge_due, false) && !atomic_load(&iq->rx_seen) &&
+	    atomic_load(&iq->link) == IW_LINK_UP && !atomic_load(&iq->term_sent)) {
+		sv_dbg("iwarp qp %u: the peer is silent: a zero-length Write", iq->qpn);
+		sv_spin_lock(&qp->sq.lock);
+		(void)iw_tx_nudge(iq);
+		sv_spin_unlock(&qp->sq.lock);
+		flush(qp);
+		return 1;
+	}
+	/* The initiator did not speak first in time: what waited goes now. */
+	if (atomic_load(&iq->peer_first) && sv_now_ns() >= iq->peer_first_until &&
+	    atomic_exchange(&iq->peer_first, false)) {
+		flush(qp);
 		return 1;
 	}
 	return 0;

@@ -20,6 +20,7 @@
 
 #include <linux/sock_diag.h>
 
+#include "core/sv_engine.h"
 #include "core/sv_mr.h"
 #include "core/sv_path.h"
 #include "util/sv_app.h"
@@ -849,6 +850,14 @@ int iw_rx_poll(struct iw_qp *iq, int budget)
 	}
 	if (placing)
 		sv_mr_place_end();
+	if (n && !atomic_load_explicit(&iq->rx_seen, memory_order_relaxed))
+		atomic_store_explicit(&iq->rx_seen, true, memory_order_relaxed);
+	if (n && atomic_load_explicit(&iq->peer_first, memory_order_relaxed)) {
+		/* The initiator's first FPDU came: what this passive side queued may go. */
+		atomic_store_explicit(&iq->peer_first, false, memory_order_release);
+		sv_set_hint(iq->qp->tx_kick, true);
+		sv_engine_kick();
+	}
 	return n;
 }
 

@@ -62,8 +62,10 @@ void iw_tx_reset(struct iw_qp *iq)
 
 bool iw_tx_pending(const struct iw_qp *iq)
 {
+	/* What waits for the initiator's first FPDU (peer_first) is not to go yet. */
 	return atomic_load_explicit(&iq->tx_head, memory_order_acquire) !=
-	       atomic_load_explicit(&iq->tx_tail, memory_order_acquire);
+		       atomic_load_explicit(&iq->tx_tail, memory_order_acquire) &&
+	       !atomic_load_explicit(&iq->peer_first, memory_order_acquire);
 }
 
 /*
@@ -707,6 +709,15 @@ void iw_tx_probe(struct iw_qp *iq)
 	iq->tx_msn[IW_QN_READ_REQ]++;
 }
 
+int iw_tx_nudge(struct iw_qp *iq)
+{
+	/* RFC 6581 §9 (the RTR message): a zero-length RDMA Write accesses no memory;
+	 * its STag is not checked (Linux siw returns before the check, as we do). */
+	struct iw_hdr ih = { .opcode = IW_OP_WRITE, .last = true };
+
+	return put(iq, &ih, NULL, 0, 0, 0, 0);
+}
+
 enum { FLUSH_IOVS = 256 };
 
 /* Bytes of @d's payload. */
@@ -869,6 +880,10 @@ int iw_tx_flush(struct iw_qp *iq)
 		ssize_t n;
 		int fd;
 
+		/* RFC 5044 §7.1: nothing before the initiator's first FPDU (the receive
+		 * clears peer_first and kicks: the next flush sends what waited). */
+		if (atomic_load_explicit(&iq->peer_first, memory_order_acquire))
+			return total;
 		if (atomic_flag_test_and_set_explicit(&iq->tx_io, memory_order_acquire))
 			return total; /* the writer there writes what we queued */
 		/* The socket, read as the writer: it is closed only by one (iw_tx_close). */

@@ -147,6 +147,15 @@ struct iw_qp {
 	} incoming_params;
 	_Atomic bool fatal;           /* the connection broke: the QP is to enter Error */
 	_Atomic bool eof;             /* the peer closed it between FPDUs (iw_link_closed) */
+	_Atomic bool peer_first;      /* passive side of an MPA exchange: nothing is sent
+				       * until the initiator's first FPDU came (RFC 5044
+				       * §7.1; cleared by the receive, which kicks) or until
+				       * peer_first_until (iw_qp.c timers) */
+	uint64_t peer_first_until;
+	_Atomic bool nudge_due;       /* active side: a zero-length Write at nudge_at unless
+				       * the peer has spoken by then (iw_qp.c timers) */
+	uint64_t nudge_at;
+	_Atomic bool rx_seen;         /* an FPDU came from the peer on this connection */
 	_Atomic bool goodbye;         /* ... after saying goodbye (its QP left, not died) */
 	_Atomic bool armed;
 
@@ -249,6 +258,9 @@ uint32_t iw_tx_written(struct iw_qp *iq);
 /* sq.lock: WRITEs wait to be known placed and no Read is out that will tell: queues a
  * zero-length Read Request (answered after them, RFC 5040 §5.5) within the ORD. */
 void iw_tx_probe(struct iw_qp *iq);
+/* Queues a zero-length RDMA Write (STag 0, offset 0): nothing placed, nothing completed
+ * at either end (iw_qp.c's nudge). sq.lock held. 0 or -EAGAIN (no room). */
+int iw_tx_nudge(struct iw_qp *iq);
 /* sq.lock, after a flush on a connection that probes (ORD, Sends complete once placed):
  * the next probe's FPDU made ahead, off the latency path. */
 void iw_tx_probe_ahead(struct iw_qp *iq);
@@ -271,7 +283,7 @@ int iw_rx_poll(struct iw_qp *iq, int budget);
  * handed over to its number from now on. */
 void iw_wire_prepare_qpn(uint32_t qpn);
 /* iw_qp.c: an iWARP QP in INIT takes a connected stream whose MPA exchange is done. */
-int iw_qp_adopt(struct sv_qp *qp, int fd, bool crc, bool ext, uint16_t ird, uint16_t ord);
+int iw_qp_adopt(struct sv_qp *qp, int fd, const struct sv_stream *s);
 
 /* iw_link.c: the connection broke (@why for the log, NULL: the peer said why): nothing
  * more goes or comes, and the QP enters Error with IBV_EVENT_QP_FATAL. Under rx_busy. */

@@ -1393,6 +1393,154 @@ static void zero_read_answered_with_stale_bytes(void **state)
 	bystander_works(x);
 }
 
+/* A peer's zero-length RDMA Write (RFC 6581's RTR, our own nudge, siw's): its STag is
+ * not checked, nothing is placed, the connection stays up. */
+static void zero_write_any_stag(void **state)
+{
+	struct hx *x = *state;
+	struct iw_hdr h = { .opcode = IW_OP_WRITE, .last = true, .stag = 0x1234567,
+			    .to = 0xdeadbeef };
+	struct ibv_async_event ev;
+	char d[128];
+
+	answer_fixture_read(x);
+	fpdu(x, &h, NULL, 0, false);
+	h.stag = 0;
+	h.to = 0;
+	fpdu(x, &h, NULL, 0, false);
+	flush_out(x);
+	bystander_works(x); /* time for the QP to take both */
+	intact(x);
+	assert_int_equal(tu_query_state(x->qp), IBV_QPS_RTS);
+	assert_int_equal(tu_next_async(x->res->ctx, 0, &ev, d, sizeof(d)), 0);
+}
+
+/* An iWARP QP adopting one end of a fresh loopback TCP pair as rdma_cm's passive side
+ * (@peer_first) or active side; the test holds the other end. */
+static struct ibv_qp *adopted(struct tu_res *res, int fd[2], bool peer_first)
+{
+	struct softverbs_stream st = { .crc = 1, .ird = IRD, .ord = IRD,
+				       .peer_first = peer_first };
+	struct ibv_qp *qp = iw_qp(res, res->cq);
+	struct tu_conn c;
+
+	tcp_pair(fd);
+	tu_conn_init(&c, res, PEER_QPN);
+	c.max_rd_atomic = c.max_dest_rd_atomic = IRD;
+	assert_int_equal(tu_qp_to_init(qp, &c), 0);
+	assert_int_equal(softverbs_qp_adopt_stream(qp, fd[0], &st), 0);
+	assert_int_equal(tu_qp_to_rtr(qp, &c), 0);
+	assert_int_equal(tu_qp_to_rts(qp, &c), 0);
+	return qp;
+}
+
+/* The first FPDU from @fd within @ms: its header, or opcode 0xff when none came. */
+static struct iw_hdr first_fpdu(int fd, int ms)
+{
+	struct iw_hdr h = { .opcode = 0xff };
+	uint8_t buf[4096];
+	size_t have = 0;
+	long long end = tu_now_ms() + ms;
+
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		struct iw_term err;
+		long long left = end - tu_now_ms();
+		ssize_t n;
+
+		if (have >= 4 && iw_hdr_decode(buf, have, false, &h, &err) > 0)
+			return h;
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			return (struct iw_hdr){ .opcode = 0xff };
+		n = read(fd, buf + have, sizeof(buf) - have);
+		if (n <= 0)
+			return (struct iw_hdr){ .opcode = 0xff };
+		have += (size_t)n;
+	}
+}
+
+/*
+ * The passive side of an MPA exchange sends nothing before the initiator's first FPDU
+ * (RFC 5044 §7.1): a Linux siw initiator that finds bytes behind the reply before it has
+ * read it drops the connection ("peer sent extra data": ucmatose from siw to softverbs
+ * failed with CONNECT_ERROR -22). The first FPDU releases what waited at once; an
+ * initiator that waits to be spoken to (ucmatose's client) gets it after a short wait.
+ */
+static void passive_waits_for_the_initiator(void **state)
+{
+	struct tu_res *res = tu_res_open();
+	uint8_t buf[64] = { 7 };
+	struct ibv_mr *mr;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	struct ibv_qp *qp[2];
+	struct iw_hdr h;
+	int fd[2][2];
+
+	(void)state;
+	assert_non_null(res);
+	mr = ibv_reg_mr(res->pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(mr);
+	sge = (struct ibv_sge){ (uintptr_t)buf, 16, mr->lkey };
+	/* Released by the initiator's first FPDU: nothing before it, the Send right after. */
+	qp[0] = adopted(res, fd[0], true);
+	assert_int_equal(ibv_post_send(qp[0], &wr, &bad), 0);
+	h = first_fpdu(fd[0][1], 20);
+	if (h.opcode != 0xff)
+		fail_msg("the passive side sent %s before the initiator's first FPDU",
+			 iw_op_name(h.opcode));
+	{
+		struct iw_hdr w = { .opcode = IW_OP_WRITE, .last = true };
+		uint8_t f[64];
+		int hl = iw_hdr_encode(f, &w);
+		uint32_t pad = iw_pad((uint32_t)hl - IW_MPA_LEN_BYTES);
+
+		memset(f + hl, 0, pad);
+		iw_crc_put(f + hl + pad, iw_crc_final(iw_crc_update(iw_crc_init(), f, hl + pad)));
+		assert_int_equal(write(fd[0][1], f, (size_t)hl + pad + IW_CRC_BYTES),
+				 hl + pad + IW_CRC_BYTES);
+	}
+	h = first_fpdu(fd[0][1], WAIT_MS);
+	assert_int_equal(h.opcode, IW_OP_SEND);
+	/* An initiator that says nothing: the Send goes after the wait (50 ms). */
+	qp[1] = adopted(res, fd[1], true);
+	assert_int_equal(ibv_post_send(qp[1], &wr, &bad), 0);
+	h = first_fpdu(fd[1][1], WAIT_MS);
+	assert_int_equal(h.opcode, IW_OP_SEND);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(ibv_destroy_qp(qp[i]), 0);
+		close(fd[i][1]);
+	}
+	ibv_dereg_mr(mr);
+	assert_int_equal(tu_res_close(res), 0);
+}
+
+/*
+ * The active side whose responder says nothing after the connection came up sends one
+ * zero-length RDMA Write (STag 0): a Linux siw responder leaves FPDUs that came before it
+ * handed the socket to its QP unread until more bytes arrive (rping's client waited for
+ * ever on the first connection after the VM booted).
+ */
+static void active_nudges_a_silent_responder(void **state)
+{
+	struct tu_res *res = tu_res_open();
+	struct ibv_qp *qp;
+	struct iw_hdr h;
+	int fd[2];
+
+	(void)state;
+	assert_non_null(res);
+	qp = adopted(res, fd, false);
+	h = first_fpdu(fd[1], WAIT_MS);
+	if (h.opcode != IW_OP_WRITE || h.payload_len || h.stag || h.to || !h.last)
+		fail_msg("no zero-length Write from the active side (got opcode 0x%x)", h.opcode);
+	assert_int_equal(tu_query_state(qp), IBV_QPS_RTS);
+	assert_int_equal(ibv_destroy_qp(qp), 0);
+	close(fd[1]);
+	assert_int_equal(tu_res_close(res), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup_crc, teardown)
 
 int main(void)
@@ -1440,6 +1588,9 @@ int main(void)
 		T(atomic_unaligned),
 		T(atomic_resp_unsolicited),
 		T(zero_read_answered_with_stale_bytes),
+		T(zero_write_any_stag),
+		cmocka_unit_test(passive_waits_for_the_initiator),
+		cmocka_unit_test(active_nudges_a_silent_responder),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
