@@ -59,12 +59,14 @@ static struct cma_event *post(struct cma_id *id, enum rdma_cm_event_type type, i
 	return e;
 }
 
-/* Builds PD = user bytes + our trailer and sends the frame. */
+/* Builds PD = user bytes + our trailer and sends the frame: revision 1, the PD raw (no
+ * RFC 6581 words), @flags 0 or R (a reject). */
 static int send_frame(struct cma_id *id, enum iw_mpa_kind kind, uint8_t flags,
 		      const void *user, uint8_t user_len, bool with_info)
 {
 	unsigned char pd[CMA_PD_MAX + sizeof(struct cma_info)];
 	unsigned char frame[IW_MPA_FRAME_MAX];
+	struct iw_mpa_params p = { .rev = IW_MPA_REV, .flags = flags };
 	size_t pd_len = user_len;
 	int len;
 
@@ -77,7 +79,7 @@ static int send_frame(struct cma_id *id, enum iw_mpa_kind kind, uint8_t flags,
 		memcpy(pd + user_len, &info, sizeof(info));
 		pd_len += sizeof(info);
 	}
-	len = iw_mpa_build(frame, sizeof(frame), kind, flags, pd, pd_len);
+	len = iw_mpa_encode(frame, sizeof(frame), kind, &p, pd, pd_len);
 	if (len < 0)
 		return len;
 	return cma_send_all(id->fd, frame, (size_t)len);
@@ -135,7 +137,7 @@ static int read_frame(struct cma_id *id, enum iw_mpa_kind kind)
 {
 	for (;;) {
 		size_t need = IW_MPA_HDR_LEN;
-		struct iw_mpa_params par;
+		struct iw_mpa_params par = { 0 };
 		const unsigned char *pd;
 		uint16_t pd_len;
 		ssize_t n;
@@ -165,17 +167,17 @@ static bool more_queued(struct cma_id *id)
 	return recv(id->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
 }
 
-/* Our trailer at the end of the peer's private data, if it is there. Returns the user's
- * part's length, or -1 when the peer is not softverbs. */
-static int take_info(struct cma_id *id, const struct iw_mpa_frame *f)
+/* Our trailer at the end of the peer's private data (@pd, @pd_len bytes), if it is
+ * there. Returns the user's part's length, or -1 when the peer is not softverbs. */
+static int take_info(struct cma_id *id, const unsigned char *pd, uint16_t pd_len)
 {
 	struct cma_info info;
 
-	if (f->pd_len < sizeof(info))
+	if (pd_len < sizeof(info))
 		return -1;
-	memcpy(&info, f->pd + f->pd_len - sizeof(info), sizeof(info));
+	memcpy(&info, pd + pd_len - sizeof(info), sizeof(info));
 	if (ntohl(info.magic) != CMA_INFO_MAGIC || info.version != CMA_INFO_VERSION ||
-	    info.user_len != f->pd_len - sizeof(info))
+	    info.user_len != pd_len - sizeof(info))
 		return -1;
 	id->remote = info;
 	id->remote.qpn = ntohl(info.qpn);
@@ -362,10 +364,9 @@ static void pending_request(struct cma_id *p)
 	struct cma_id *l = p->parent;
 	struct sockaddr_storage peer;
 	socklen_t plen = sizeof(peer);
-	struct iw_mpa_params par;
+	struct iw_mpa_params par = { 0 };
 	const unsigned char *user;
 	uint16_t ulen;
-	struct iw_mpa_frame f;
 	struct cma_event *e;
 	int user_len = -1;
 
@@ -373,12 +374,12 @@ static void pending_request(struct cma_id *p)
 		pending_drop(p, "not an MPA request");
 		return;
 	}
-	/* The softverbs handshake: revision 1, a softverbs trailer, from this host; from
-	 * another host for UD only (its datagrams go on the UDP wire; a connected QP from
-	 * there is iWARP's, as a peer that is not softverbs may be). */
-	if (!par.enhanced && !getpeername(p->fd, (struct sockaddr *)&peer, &plen) &&
-	    iw_mpa_parse(p->rx, p->rx_len, IW_MPA_REQUEST, &f) > 0) {
-		user_len = take_info(p, &f);
+	/* The softverbs handshake: revision 1 (no RFC 6581 words: @user is all of the PD), a
+	 * softverbs trailer, from this host; from another host for UD only (its datagrams go
+	 * on the UDP wire; a connected QP from there is iWARP's, as a peer that is not
+	 * softverbs may be). */
+	if (!par.enhanced && !getpeername(p->fd, (struct sockaddr *)&peer, &plen)) {
+		user_len = take_info(p, user, ulen);
 		if (user_len >= 0 && !cma_addr_is_local((struct sockaddr *)&peer) &&
 		    p->remote.qp_type != IBV_QPT_UD)
 			user_len = -1;
@@ -405,12 +406,12 @@ static void pending_request(struct cma_id *p)
 	e->child = p;
 	/* UD: the request carries only private data (SIDR REQ). */
 	if (p->id.qp_type == IBV_QPT_UD) {
-		copy_pdata(e, f.pd, user_len, CMA_PD_SEEN_UD_REQ);
+		copy_pdata(e, user, user_len, CMA_PD_SEEN_UD_REQ);
 	} else {
 		p->resp_res = p->remote.ord;
 		p->init_depth = p->remote.ird;
 		fill_conn_param(p, &e->ev.param.conn);
-		copy_pdata(e, f.pd, user_len, CMA_PD_SEEN_REQ);
+		copy_pdata(e, user, user_len, CMA_PD_SEEN_REQ);
 	}
 	cma_event_post(e);
 }
@@ -511,7 +512,7 @@ static void active_connected(struct cma_id *id)
 /* The iWARP reply (RFC 5044 §7.1, RFC 6581) is in id->rx, whole. */
 static void active_reply_iwarp(struct cma_id *id)
 {
-	struct iw_mpa_params par;
+	struct iw_mpa_params par = { 0 };
 	const unsigned char *user;
 	uint16_t user_len;
 	struct cma_event *e;
@@ -559,14 +560,16 @@ static void active_reply_iwarp(struct cma_id *id)
 	}
 }
 
-static void active_reply(struct cma_id *id, const struct iw_mpa_frame *f)
+/* The reply of softverbs' handshake (@par, its private data @pd, @pd_len bytes). */
+static void active_reply(struct cma_id *id, const struct iw_mpa_params *par,
+			 const unsigned char *pd, uint16_t pd_len)
 {
 	struct cma_event *e;
 	int user_len;
 
 	id->deadline_ns = 0;
-	if (f->flags & IW_MPA_FLAG_REJECT) {
-		user_len = take_info(id, f);
+	if (par->flags & IW_MPA_FLAG_REJECT) {
+		user_len = take_info(id, pd, pd_len);
 		if (user_len >= 0 && (id->remote.flags & CMA_INFO_NO_SERVICE)) {
 			active_refused(id);
 			return;
@@ -578,14 +581,14 @@ static void active_reply(struct cma_id *id, const struct iw_mpa_frame *f)
 		else
 			e = cma_event_new(id, RDMA_CM_EVENT_REJECTED, CMA_REJ_CONSUMER_DEFINED);
 		if (e) {
-			copy_pdata(e, f->pd, user_len < 0 ? f->pd_len : user_len,
+			copy_pdata(e, pd, user_len < 0 ? pd_len : user_len,
 				   id->id.qp_type == IBV_QPT_UD ? CMA_PD_SEEN_UD_REP : CMA_PD_SEEN_REJ);
 			e->work = CMA_WORK_QP_ERROR;
 			cma_event_post(e);
 		}
 		return;
 	}
-	user_len = take_info(id, f);
+	user_len = take_info(id, pd, pd_len);
 	if (user_len < 0) {
 		active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO);
 		return;
@@ -597,7 +600,7 @@ static void active_reply(struct cma_id *id, const struct iw_mpa_frame *f)
 		e = cma_event_new(id, RDMA_CM_EVENT_ESTABLISHED, 0);
 		if (e) {
 			fill_ud_param(id, &e->ev.param.ud);
-			copy_pdata(e, f->pd, user_len, CMA_PD_SEEN_UD_REP);
+			copy_pdata(e, pd, user_len, CMA_PD_SEEN_UD_REP);
 			cma_event_post(e);
 		}
 		return;
@@ -611,7 +614,7 @@ static void active_reply(struct cma_id *id, const struct iw_mpa_frame *f)
 	if (e) {
 		e->work = CMA_WORK_REPLY;
 		fill_conn_param(id, &e->ev.param.conn);
-		copy_pdata(e, f->pd, user_len, CMA_PD_SEEN_REP);
+		copy_pdata(e, pd, user_len, CMA_PD_SEEN_REP);
 		cma_event_post(e);
 	}
 }
@@ -670,7 +673,9 @@ static void peer_gone(struct cma_id *id)
 
 static void on_input(struct cma_id *id, uint32_t events)
 {
-	struct iw_mpa_frame f;
+	struct iw_mpa_params par = { 0 };
+	const unsigned char *pd;
+	uint16_t pd_len;
 	ssize_t n;
 	int r;
 
@@ -714,10 +719,12 @@ static void on_input(struct cma_id *id, uint32_t events)
 			active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO);
 		else if (id->iwarp)
 			active_reply_iwarp(id);
-		else if (more_queued(id) || iw_mpa_parse(id->rx, id->rx_len, IW_MPA_REPLY, &f) < 0)
+		else if (more_queued(id) ||
+			 iw_mpa_decode(id->rx, id->rx_len, IW_MPA_REPLY, &par, &pd, &pd_len) < 0 ||
+			 par.enhanced) /* softverbs' handshake has no RFC 6581 words */
 			active_fail(id, RDMA_CM_EVENT_CONNECT_ERROR, -EPROTO);
 		else
-			active_reply(id, &f);
+			active_reply(id, &par, pd, pd_len);
 		id->rx_len = 0;
 		return;
 	}

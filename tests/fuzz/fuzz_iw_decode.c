@@ -6,9 +6,10 @@
  *       reserved bits aside, which the RFCs say are not checked) and every shorter prefix
  *       of it gives -EAGAIN; a refusal names a Terminate of a real layer; -EAGAIN only
  *       while fewer bytes than the opcode's header are in; nothing read past @len.
- *   iw_mpa_decode / iw_mpa_parse (request and reply)  a frame decode accepts, encoded
- *       again from what it decoded, is the same bytes; parse agrees with decode on a
- *       revision-1 frame's length; every shorter prefix of an accepted frame is -EAGAIN.
+ *   iw_mpa_decode (request and reply; the flagged form and iw_conn's unflagged one)  a
+ *       frame decode accepts, encoded again from what it decoded, is the same bytes; the
+ *       two forms agree on a revision-1 frame (length and PD); every shorter prefix of an
+ *       accepted frame is -EAGAIN.
  *   iw_term_encode  copies at most the offending headers, never past its buffer.
  *
  * Build and run: tests/fuzz/build.sh [OUTDIR], then
@@ -82,15 +83,14 @@ static void fuzz_hdr(const uint8_t *data, size_t size, bool ext)
 		CHECK(iw_hdr_decode(data, (size_t)k, ext, &h2, &t) == -EAGAIN);
 }
 
-static void fuzz_mpa(const uint8_t *data, size_t size, enum iw_mpa_kind kind)
+static void fuzz_mpa(const uint8_t *data, size_t size, enum iw_mpa_kind kind, bool unflagged)
 {
-	struct iw_mpa_params p, p2;
-	struct iw_mpa_frame f;
-	const unsigned char *pd;
-	uint16_t pd_len;
+	struct iw_mpa_params p = { .words_unflagged = unflagged }, p2 = p;
+	struct iw_mpa_params o = { .words_unflagged = !unflagged };
+	const unsigned char *pd, *opd;
+	uint16_t pd_len, opd_len;
 	unsigned char *again;
 	int r = iw_mpa_decode(data, size, kind, &p, &pd, &pd_len);
-	int rp = iw_mpa_parse(data, size, kind, &f);
 
 	if (r == -EAGAIN || r == -EPROTO) {
 		CHECK(r == -EPROTO || size < IW_MPA_FRAME_MAX);
@@ -99,9 +99,12 @@ static void fuzz_mpa(const uint8_t *data, size_t size, enum iw_mpa_kind kind)
 	CHECK(r >= IW_MPA_HDR_LEN && r <= IW_MPA_FRAME_MAX && (size_t)r <= size);
 	CHECK(pd >= data + IW_MPA_HDR_LEN && pd + pd_len == data + r);
 	CHECK(p.rev == 1 || p.rev == 2);
-	if (p.rev == 1 || !p.enhanced) {
-		/* What parse accepts too (it refuses the enhanced flag as reserved). */
-		CHECK(rp == r && f.pd_len == pd_len && f.pd == pd);
+	CHECK(p.words_unflagged == unflagged);
+	CHECK(!unflagged || p.enhanced == (p.rev == 2));
+	if (p.rev == 1) {
+		/* The other form reads a revision-1 frame alike. */
+		CHECK(iw_mpa_decode(data, size, kind, &o, &opd, &opd_len) == r);
+		CHECK(opd == pd && opd_len == pd_len && !o.enhanced);
 	}
 	again = malloc((size_t)r);
 	CHECK(again);
@@ -120,8 +123,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	fuzz_hdr(data, size, false);
 	fuzz_hdr(data, size, true);
-	fuzz_mpa(data, size, IW_MPA_REQUEST);
-	fuzz_mpa(data, size, IW_MPA_REPLY);
+	fuzz_mpa(data, size, IW_MPA_REQUEST, false);
+	fuzz_mpa(data, size, IW_MPA_REPLY, false);
+	fuzz_mpa(data, size, IW_MPA_REQUEST, true);
+	fuzz_mpa(data, size, IW_MPA_REPLY, true);
 	n = iw_term_encode(out, sizeof(out), &t, data, size);
 	CHECK(n == -EINVAL || (n >= 24 && (size_t)n <= sizeof(out) && (size_t)n - 24 <= size));
 	return 0;

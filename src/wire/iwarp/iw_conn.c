@@ -33,16 +33,6 @@
 /* ---- the frames ------------------------------------------------------------------ */
 
 enum {
-	MPA_REV_ENHANCED = 2, /* RFC 6581 §9: revision 2 carries the IRD/ORD words */
-	ENH_LEN = 4,
-	/* RFC 6581 §9 (as siw reads it): IRD word bit 15 peer-to-peer, bit 14 zero-length
-	 * Send RTR; ORD word bit 15 zero-length Write RTR, bit 14 zero-length Read RTR; the
-	 * low 14 bits the depth. */
-	ENH_IRD_P2P = 0x8000,
-	ENH_IRD_RTR_SEND = 0x4000,
-	ENH_ORD_RTR_WRITE = 0x8000,
-	ENH_ORD_RTR_READ = 0x4000,
-	ENH_DEPTH = 0x3fff,
 	SVIW_VERSION = 1,
 	SVIW_LEN = 16, /* our private data after the enhanced words */
 	SVIW_F_EXT = 1 << 0,
@@ -50,75 +40,31 @@ enum {
 };
 static const char sviw_magic[4] = { 'S', 'V', 'I', 'W' };
 
-_Static_assert(IW_CONN_PD_LEN == ENH_LEN + SVIW_LEN, "the frame length the header names");
-
-/* What mpa_in found: the MPA header's flags and RFC 6581's words, decoded. */
-struct mpa_in {
-	uint8_t flags;
-	uint16_t ird, ord;
-	uint8_t rtr;
-	const unsigned char *pd; /* the private data after the enhanced words */
-	size_t pd_len;
-};
+_Static_assert(IW_CONN_PD_LEN == IW_MPA_ENH_LEN + SVIW_LEN, "the frame length the header names");
 
 /*
- * One frame out: MPA header (iw_mpa_build), revision 2, the enhanced words, @pd. When
- * iw_mpa.h gains the revision-2 encoder this body becomes that call.
+ * One frame out (iw_mpa_encode): revision 2, RFC 6581's words in the form of this port
+ * (without the enhanced flag, iw_mpa.h), then softverbs' 16 bytes for @p.
  */
-static int mpa_out(void *buf, size_t cap, enum iw_mpa_kind kind, uint8_t flags,
-		   const struct iw_params *p, const unsigned char *pd, size_t pd_len)
-{
-	unsigned char all[ENH_LEN + SVIW_LEN];
-	uint16_t ird = p->ird > ENH_DEPTH ? ENH_DEPTH : p->ird;
-	uint16_t ord = p->ord > ENH_DEPTH ? ENH_DEPTH : p->ord;
-	int n;
-
-	if (pd_len > SVIW_LEN)
-		return -EINVAL;
-	if (p->rtr)
-		ird |= kind == IW_MPA_REQUEST ? ENH_IRD_P2P : 0;
-	ird |= p->rtr & IW_RTR_SEND ? ENH_IRD_RTR_SEND : 0;
-	ord |= p->rtr & IW_RTR_WRITE ? ENH_ORD_RTR_WRITE : 0;
-	ord |= p->rtr & IW_RTR_READ ? ENH_ORD_RTR_READ : 0;
-	iw_put16(all, ird);
-	iw_put16(all + 2, ord);
-	memcpy(all + ENH_LEN, pd, pd_len);
-	n = iw_mpa_build(buf, cap, kind, flags, all, ENH_LEN + pd_len);
-	if (n > 0)
-		((unsigned char *)buf)[17] = MPA_REV_ENHANCED;
-	return n;
-}
-
-/*
- * One frame in: its length, -EAGAIN, or -EPROTO (not an MPA frame of @kind, or not
- * revision 2 with the enhanced words: every end of this port is softverbs). When
- * iw_mpa.h gains the revision-2 decoder this body becomes that call.
- */
-static int mpa_in(const void *buf, size_t len, enum iw_mpa_kind kind, struct mpa_in *out)
-{
-	struct iw_mpa_frame f;
-	int n = iw_mpa_parse(buf, len, kind, &f);
-
-	if (n < 0)
-		return n;
-	if (f.rev != MPA_REV_ENHANCED || f.pd_len < ENH_LEN)
-		return -EPROTO; /* RFC 6581 §9: a revision-2 frame starts with the words */
-	out->flags = f.flags;
-	out->ird = iw_get16(f.pd) & ENH_DEPTH;
-	out->ord = iw_get16(f.pd + 2) & ENH_DEPTH;
-	out->rtr = (uint8_t)((iw_get16(f.pd) & ENH_IRD_RTR_SEND ? IW_RTR_SEND : 0) |
-			     (iw_get16(f.pd + 2) & ENH_ORD_RTR_WRITE ? IW_RTR_WRITE : 0) |
-			     (iw_get16(f.pd + 2) & ENH_ORD_RTR_READ ? IW_RTR_READ : 0));
-	if (kind == IW_MPA_REQUEST && !(iw_get16(f.pd) & ENH_IRD_P2P))
-		out->rtr = 0; /* RFC 6581: the RTR kinds mean something in peer-to-peer only */
-	out->pd = f.pd + ENH_LEN;
-	out->pd_len = f.pd_len - ENH_LEN;
-	return n;
-}
-
-static int build(void *buf, size_t cap, enum iw_mpa_kind kind, uint8_t flags,
+static int build(void *buf, size_t cap, enum iw_mpa_kind kind, bool reject,
 		 const struct iw_params *p)
 {
+	struct iw_mpa_params m = {
+		/* RFC 5044 §7.1: markers never (siw refuses them); C as asked or echoed. */
+		.flags = (uint8_t)((p->crc ? IW_MPA_FLAG_CRC : 0) |
+				   (reject ? IW_MPA_FLAG_REJECT : 0)),
+		.rev = IW_MPA_REV2,
+		.enhanced = true,
+		.words_unflagged = true,
+		/* RFC 6581 §9: 14 bits each; larger depths are capped. */
+		.ird = p->ird > IW_MPA_IRD_ORD_MAX ? IW_MPA_IRD_ORD_MAX : p->ird,
+		.ord = p->ord > IW_MPA_IRD_ORD_MAX ? IW_MPA_IRD_ORD_MAX : p->ord,
+		/* Peer-to-peer is the initiator's to ask for; the RTR kinds go both ways. */
+		.p2p = kind == IW_MPA_REQUEST && p->rtr,
+		.rtr_zero_send = p->rtr & IW_RTR_SEND,
+		.rtr_zero_write = p->rtr & IW_RTR_WRITE,
+		.rtr_zero_read = p->rtr & IW_RTR_READ,
+	};
 	unsigned char pd[SVIW_LEN];
 
 	memcpy(pd, sviw_magic, sizeof(sviw_magic));
@@ -127,41 +73,51 @@ static int build(void *buf, size_t cap, enum iw_mpa_kind kind, uint8_t flags,
 	pd[6] = pd[7] = 0;
 	iw_put32(pd + 8, p->src_qpn);
 	iw_put32(pd + 12, p->dest_qpn);
-	/* RFC 5044 §7.1: markers never (siw refuses them); C as asked or echoed. */
-	flags |= p->crc ? IW_MPA_FLAG_CRC : 0;
-	return mpa_out(buf, cap, kind, flags, p, pd, sizeof(pd));
+	return iw_mpa_encode(buf, cap, kind, &m, pd, sizeof(pd));
 }
 
-/* A frame of @kind: its length, -EAGAIN, -EPROTO (not MPA as this port speaks it),
- * -EBADMSG (MPA, but not softverbs' private data). Rejects: *rejected set. */
+/*
+ * One frame of @kind in (iw_mpa_decode, in this port's form): its length, -EAGAIN,
+ * -EPROTO (not MPA as this port speaks it: not revision 2 with the words, every end of
+ * this port is softverbs), -EBADMSG (MPA, but not softverbs' private data). *rejected:
+ * the frame is MPA and has R, whatever follows.
+ */
 static int parse(const void *buf, size_t len, enum iw_mpa_kind kind, struct iw_params *got,
 		 bool *rejected)
 {
-	struct mpa_in m;
-	int n = mpa_in(buf, len, kind, &m);
+	struct iw_mpa_params m = { .words_unflagged = true };
+	const unsigned char *pd;
+	uint16_t pd_len;
+	int n = iw_mpa_decode(buf, len, kind, &m, &pd, &pd_len);
 
 	*rejected = false;
 	if (n < 0)
 		return n;
 	*rejected = m.flags & IW_MPA_FLAG_REJECT;
+	if (!m.enhanced)
+		return -EPROTO; /* revision 1: no RFC 6581 words, not softverbs */
 	/* Later versions may append; version 1's 16 bytes stay where they are. */
-	if (m.pd_len < SVIW_LEN || memcmp(m.pd, sviw_magic, sizeof(sviw_magic)) ||
-	    m.pd[4] < SVIW_VERSION)
+	if (pd_len < SVIW_LEN || memcmp(pd, sviw_magic, sizeof(sviw_magic)) ||
+	    pd[4] < SVIW_VERSION)
 		return -EBADMSG;
 	memset(got, 0, sizeof(*got));
-	got->src_qpn = iw_get32(m.pd + 8);
-	got->dest_qpn = iw_get32(m.pd + 12);
+	got->src_qpn = iw_get32(pd + 8);
+	got->dest_qpn = iw_get32(pd + 12);
 	got->ird = m.ird;
 	got->ord = m.ord;
 	got->crc = m.flags & IW_MPA_FLAG_CRC;
-	got->ext = m.pd[5] & SVIW_F_EXT;
-	got->rtr = m.rtr;
+	got->ext = pd[5] & SVIW_F_EXT;
+	got->rtr = (uint8_t)((m.rtr_zero_send ? IW_RTR_SEND : 0) |
+			     (m.rtr_zero_write ? IW_RTR_WRITE : 0) |
+			     (m.rtr_zero_read ? IW_RTR_READ : 0));
+	if (kind == IW_MPA_REQUEST && !m.p2p)
+		got->rtr = 0; /* RFC 6581: the RTR kinds mean something in peer-to-peer only */
 	return n;
 }
 
 int iw_conn_build_request(void *buf, size_t cap, const struct iw_params *want)
 {
-	return build(buf, cap, IW_MPA_REQUEST, 0, want);
+	return build(buf, cap, IW_MPA_REQUEST, false, want);
 }
 
 int iw_conn_parse_request(const void *buf, size_t len, struct iw_params *got)
@@ -174,22 +130,18 @@ int iw_conn_parse_request(const void *buf, size_t len, struct iw_params *got)
 
 int iw_conn_take_reply(const void *buf, size_t len, struct iw_params *got)
 {
-	struct iw_mpa_frame f;
 	struct iw_params p;
 	bool rej;
 	int n = parse(buf, len, IW_MPA_REPLY, &p, &rej);
 
 	/* RFC 5044 §7.1: R set, the connection is refused, whatever the revision and the
 	 * private data. */
-	if (n != -EAGAIN && iw_mpa_parse(buf, len, IW_MPA_REPLY, &f) > 0 &&
-	    (f.flags & IW_MPA_FLAG_REJECT))
+	if (rej)
 		return -ECONNREFUSED;
 	if (n == -EBADMSG)
 		return -EPROTO;
 	if (n < 0)
 		return n;
-	if (((const unsigned char *)buf)[16] & IW_MPA_FLAG_MARKERS)
-		return -EPROTO; /* we never ask for markers */
 	*got = p;
 	return n;
 }
@@ -209,8 +161,7 @@ int iw_conn_reply(int fd, const struct iw_params *mine, bool reject)
 {
 	static const struct iw_params none;
 	unsigned char buf[IW_MPA_FRAME_MAX];
-	int n = build(buf, sizeof(buf), IW_MPA_REPLY, reject ? IW_MPA_FLAG_REJECT : 0,
-		      mine ? mine : &none);
+	int n = build(buf, sizeof(buf), IW_MPA_REPLY, reject, mine ? mine : &none);
 
 	return n < 0 ? n : send_all_now(fd, buf, (size_t)n);
 }

@@ -20,7 +20,9 @@
  *
  * The MPA frames (RFC 5044 §7.1) are revision 2 with RFC 6581's IRD/ORD words at the
  * front of the private data, followed by softverbs' own 16 bytes (both ends of this port
- * are softverbs):
+ * are softverbs). iw_mpa.h's iw_mpa_encode/iw_mpa_decode make and read them, in the form
+ * that header calls words_unflagged: every revision-2 frame has the words, and the
+ * enhanced flag is never set and refused (as the softverbs on other hosts expect).
  *
  *   IRD word (2, BE) | ORD word (2, BE) | "SVIW" | version 1 | flags | 0 0 |
  *   src QPN (4, BE) | dest QPN (4, BE)

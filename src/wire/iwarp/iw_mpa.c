@@ -11,57 +11,6 @@ static const char *key_of(enum iw_mpa_kind kind)
 	return kind == IW_MPA_REQUEST ? key_request : key_reply;
 }
 
-int iw_mpa_build(void *buf, size_t cap, enum iw_mpa_kind kind, uint8_t flags,
-		 const void *pd, size_t pd_len)
-{
-	unsigned char *p = buf;
-
-	if (pd_len > IW_MPA_PD_MAX || cap < IW_MPA_HDR_LEN + pd_len)
-		return -EINVAL;
-	/* RFC 5044 §7.1: R is meaningful in a reply only; reserved bits go out as zero. */
-	if (kind == IW_MPA_REQUEST)
-		flags &= (uint8_t)~IW_MPA_FLAG_REJECT;
-	flags &= IW_MPA_FLAG_MARKERS | IW_MPA_FLAG_CRC | IW_MPA_FLAG_REJECT;
-	memcpy(p, key_of(kind), IW_MPA_KEY_LEN);
-	p[16] = flags;
-	p[17] = IW_MPA_REV;
-	p[18] = (unsigned char)(pd_len >> 8);
-	p[19] = (unsigned char)pd_len;
-	if (pd_len)
-		memcpy(p + IW_MPA_HDR_LEN, pd, pd_len);
-	return (int)(IW_MPA_HDR_LEN + pd_len);
-}
-
-int iw_mpa_parse(const void *buf, size_t len, enum iw_mpa_kind kind, struct iw_mpa_frame *out)
-{
-	const unsigned char *p = buf;
-	size_t n = len < IW_MPA_KEY_LEN ? len : IW_MPA_KEY_LEN;
-	uint16_t pd_len;
-
-	/* A wrong key is refused as soon as its first wrong byte is in. */
-	if (memcmp(p, key_of(kind), n))
-		return -EPROTO;
-	if (len < IW_MPA_HDR_LEN)
-		return -EAGAIN;
-	if (p[16] & 0x1f)
-		return -EPROTO; /* reserved bits */
-	if (kind == IW_MPA_REQUEST && (p[16] & IW_MPA_FLAG_REJECT))
-		return -EPROTO;
-	if (p[17] < 1)
-		return -EPROTO; /* revision 0 is the pre-RFC draft */
-	pd_len = (uint16_t)(p[18] << 8 | p[19]);
-	if (pd_len > IW_MPA_PD_MAX)
-		return -EPROTO;
-	if (len < (size_t)IW_MPA_HDR_LEN + pd_len)
-		return -EAGAIN;
-	out->kind = kind;
-	out->flags = p[16];
-	out->rev = p[17];
-	out->pd_len = pd_len;
-	out->pd = p + IW_MPA_HDR_LEN;
-	return IW_MPA_HDR_LEN + pd_len;
-}
-
 int iw_mpa_encode(void *buf, size_t cap, enum iw_mpa_kind kind, const struct iw_mpa_params *p,
 		  const void *user_pd, size_t user_len)
 {
@@ -76,13 +25,16 @@ int iw_mpa_encode(void *buf, size_t cap, enum iw_mpa_kind kind, const struct iw_
 		return -EINVAL;
 	if (p->enhanced && rev != IW_MPA_REV2)
 		return -EINVAL;
+	if (p->words_unflagged && p->enhanced != (rev == IW_MPA_REV2))
+		return -EINVAL; /* a decoder of that form would read words that are not there */
 	if (p->ird > IW_MPA_IRD_ORD_MAX || p->ord > IW_MPA_IRD_ORD_MAX)
 		return -EINVAL;
 	if (user_len > IW_MPA_PD_MAX || pd_len > IW_MPA_PD_MAX || cap < IW_MPA_HDR_LEN + pd_len)
 		return -EINVAL;
+	/* RFC 5044 §7.1: R is meaningful in a reply only; reserved bits go out as zero. */
 	if (kind == IW_MPA_REQUEST)
 		flags &= (uint8_t)~IW_MPA_FLAG_REJECT;
-	if (p->enhanced)
+	if (p->enhanced && !p->words_unflagged)
 		flags |= IW_MPA_FLAG_ENHANCED;
 	memcpy(b, key_of(kind), IW_MPA_KEY_LEN);
 	b[16] = flags;
@@ -110,9 +62,10 @@ int iw_mpa_decode(const void *buf, size_t len, enum iw_mpa_kind kind, struct iw_
 	const unsigned char *b = buf;
 	size_t n = len < IW_MPA_KEY_LEN ? len : IW_MPA_KEY_LEN;
 	uint16_t pd_len, ird, ord;
-	uint8_t flags, rev;
-	bool enhanced;
+	uint8_t flags, rev, rsvd = IW_MPA_FLAG_RSVD;
+	bool unflagged = p->words_unflagged, enhanced;
 
+	/* A wrong key is refused as soon as its first wrong byte is in. */
 	if (memcmp(b, key_of(kind), n))
 		return -EPROTO;
 	/* Each check as soon as its byte is in: garbage is refused early, and a frame
@@ -120,7 +73,9 @@ int iw_mpa_decode(const void *buf, size_t len, enum iw_mpa_kind kind, struct iw_
 	if (len <= 16)
 		return -EAGAIN;
 	flags = b[16];
-	if (flags & (IW_MPA_FLAG_RSVD | IW_MPA_FLAG_MARKERS))
+	if (unflagged)
+		rsvd |= IW_MPA_FLAG_ENHANCED;
+	if (flags & (rsvd | IW_MPA_FLAG_MARKERS))
 		return -EPROTO;
 	if (kind == IW_MPA_REQUEST && (flags & IW_MPA_FLAG_REJECT))
 		return -EPROTO;
@@ -129,7 +84,7 @@ int iw_mpa_decode(const void *buf, size_t len, enum iw_mpa_kind kind, struct iw_
 	rev = b[17];
 	if (rev != IW_MPA_REV && rev != IW_MPA_REV2)
 		return -EPROTO;
-	enhanced = flags & IW_MPA_FLAG_ENHANCED;
+	enhanced = unflagged ? rev == IW_MPA_REV2 : flags & IW_MPA_FLAG_ENHANCED;
 	if (enhanced && rev != IW_MPA_REV2)
 		return -EPROTO; /* a reserved bit at revision 1 */
 	if (len < IW_MPA_HDR_LEN)
@@ -146,6 +101,7 @@ int iw_mpa_decode(const void *buf, size_t len, enum iw_mpa_kind kind, struct iw_
 	p->flags = flags & (IW_MPA_FLAG_CRC | IW_MPA_FLAG_REJECT);
 	p->rev = rev;
 	p->enhanced = enhanced;
+	p->words_unflagged = unflagged;
 	*user_pd = b + IW_MPA_HDR_LEN;
 	*user_len = pd_len;
 	if (enhanced) {

@@ -1,6 +1,8 @@
 /*
- * MPA connection setup frames (RFC 5044 §7.1): the request and reply a connection
- * starts with, before any FPDU. Building and parsing only; no sockets.
+ * MPA connection setup frames (RFC 5044 §7.1, RFC 6581): the request and reply a
+ * connection starts with, before any FPDU. The one encoder and decoder of them, for
+ * every caller: rdma_cm's iWARP frames and its same-host handshake (lib/rdmacm), the
+ * verbs-only setup port (iw_conn.c). Encoding and decoding only; no sockets.
  *
  *   Key (16 bytes) | M C R Res(5 bits) | Rev (8) | PD_Length (16, big endian) | PD
  */
@@ -44,60 +46,54 @@ enum {
 
 enum iw_mpa_kind { IW_MPA_REQUEST, IW_MPA_REPLY };
 
-struct iw_mpa_frame {
-	enum iw_mpa_kind kind;
-	uint8_t flags;
-	uint8_t rev;
-	uint16_t pd_len;
-	const unsigned char *pd; /* points into the parsed buffer */
-};
-
-/* Writes one frame into @buf (at least IW_MPA_HDR_LEN + @pd_len bytes). Returns its
- * length, or -EINVAL if @pd_len is above IW_MPA_PD_MAX. */
-int iw_mpa_build(void *buf, size_t cap, enum iw_mpa_kind kind, uint8_t flags,
-		 const void *pd, size_t pd_len);
-
-/* Parses the frame at the start of @buf (@len bytes received so far). Returns the
- * frame's total length when complete, -EAGAIN when more bytes are needed (never more
- * than IW_MPA_FRAME_MAX in all), -EPROTO when the bytes cannot be the frame @kind
- * (wrong key, reserved bits set, PD_Length above the limit, a request with R set). */
-int iw_mpa_parse(const void *buf, size_t len, enum iw_mpa_kind kind, struct iw_mpa_frame *out);
-
 /*
- * Revision 2 (RFC 6581): a frame's parameters as encoded or decoded. @flags holds M, C
- * and R as on the wire (the enhanced flag is @enhanced); @rev 1 or 2 (0 to encode: 2).
- * The enhanced words carry @ird/@ord (14 bits each), @p2p and the RTR kinds offered (a
- * request) or chosen (a reply).
+ * A frame's parameters as encoded or decoded. @flags holds C and R as on the wire (M is
+ * never asked for; the enhanced flag is @enhanced); @rev 1 or 2 (0 to encode: 2).
+ * @enhanced: RFC 6581's IRD and ORD words are at the front of the private data (revision
+ * 2 only); they carry @ird/@ord (14 bits each), @p2p and the RTR kinds offered (a
+ * request) or chosen (a reply). Revision 1, or 2 without them: the PD is the consumer's
+ * (rdma_cm's same-host handshake sends revision 1 so, its trailer in the PD).
+ *
+ * @words_unflagged is the form of softverbs' own setup port (iw_conn.h), and an input to
+ * both calls: every revision-2 frame has the words and none has the enhanced flag (the
+ * softverbs on other hosts read them so). iw_mpa_encode then leaves the flag out (and
+ * wants @enhanced exactly at revision 2); iw_mpa_decode reads the words of any revision-2
+ * frame, refuses the flag as a reserved bit, and leaves this field as it found it.
  */
 struct iw_mpa_params {
 	uint8_t flags;
 	uint8_t rev;
 	bool enhanced;
+	bool words_unflagged;
 	uint16_t ird, ord;
 	bool p2p;
 	bool rtr_zero_write, rtr_zero_read, rtr_zero_send;
 };
 
 /*
- * Writes a frame of @kind into @buf: revision @p->rev (0: 2), with the enhanced flag and
- * the 4 bytes of IRD/ORD words before @user_pd when @p->enhanced (revision 2 only).
- * Markers are never asked for (M is cleared), nor R in a request; reserved bits are zero.
- * Returns its length, or -EINVAL (revision not 1 or 2, enhanced at revision 1, IRD or
- * ORD above 14 bits, private data in all above IW_MPA_PD_MAX, @cap too small). A peer
- * that may be siw must not be sent more than IW_MPA_PD_SIW_MAX bytes of PD in all.
+ * Writes a frame of @kind into @buf: revision @p->rev (0: 2), with the 4 bytes of IRD/ORD
+ * words before @user_pd when @p->enhanced (revision 2 only), and the enhanced flag then
+ * unless @p->words_unflagged. Markers are never asked for (M is cleared), nor R in a
+ * request (a reply with R is a reject); reserved bits are zero. Returns its length, or
+ * -EINVAL (revision not 1 or 2, enhanced at revision 1, @p->words_unflagged without
+ * @p->enhanced at revision 2, IRD or ORD above 14 bits, private data in all above
+ * IW_MPA_PD_MAX, @cap too small). A peer that may be siw must not be sent more than
+ * IW_MPA_PD_SIW_MAX bytes of PD in all.
  */
 int iw_mpa_encode(void *buf, size_t cap, enum iw_mpa_kind kind, const struct iw_mpa_params *p,
 		  const void *user_pd, size_t user_len);
 
 /*
  * Decodes the frame of @kind at the start of @buf (@len bytes received so far), revision
- * 1 or 2. Fills @p; @user_pd and @user_len get the consumer's private data in @buf (after
- * the enhanced words, which are stripped, as siw does). Returns the frame's length when
- * complete, -EAGAIN when more bytes are needed (at any split point, never more than
+ * 1 or 2, in the form @p->words_unflagged says (read before the call). Fills the rest of
+ * @p; @user_pd and @user_len get the consumer's private data in @buf (after the enhanced
+ * words, which are stripped, as siw does). Returns the frame's length when complete,
+ * -EAGAIN when more bytes are needed (at any split point, never more than
  * IW_MPA_FRAME_MAX in all), -EPROTO when the bytes cannot be that frame: wrong key (as
- * soon as a wrong byte is in), reserved bits (the enhanced flag at revision 1 is one),
- * markers asked for, R in a request, revision not 1 or 2, PD_Length above IW_MPA_PD_MAX,
- * an enhanced frame with fewer than 4 bytes of private data.
+ * soon as a wrong byte is in), reserved bits (the enhanced flag at revision 1, or in the
+ * unflagged form, is one), markers asked for, R in a request, revision not 1 or 2,
+ * PD_Length above IW_MPA_PD_MAX, an enhanced frame with fewer than 4 bytes of private
+ * data.
  */
 int iw_mpa_decode(const void *buf, size_t len, enum iw_mpa_kind kind, struct iw_mpa_params *p,
 		  const unsigned char **user_pd, uint16_t *user_len);

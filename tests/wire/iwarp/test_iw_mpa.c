@@ -1,13 +1,15 @@
 /*
- * MPA connection setup frames (src/wire/iwarp/iw_mpa.h): iw_mpa_build/iw_mpa_parse as
- * rdma_cm uses them (revision 1, bytes pinned); iw_mpa_encode/iw_mpa_decode with RFC
- * 6581's enhanced setup (revision 2, the IRD/ORD words and their flags, byte-exact, round
- * trips of every flag and of the 14-bit limits, the words stripped from the consumer's
- * private data); revision 1 and revision 2 without the words decoded; every split point
- * of several frames (-EAGAIN, in a buffer of exactly that many bytes); and the refusals:
- * wrong key at each byte, markers, each reserved bit, the enhanced flag at revision 1,
- * revisions 0 and 3+, R in a request, PD_Length above 512, an enhanced frame with fewer
- * than 4 bytes of private data; the encoder's refusals.
+ * MPA connection setup frames (src/wire/iwarp/iw_mpa.h), iw_mpa_encode/iw_mpa_decode:
+ * revision 1 with raw private data as rdma_cm's same-host handshake sends it (a request,
+ * a reject; bytes pinned); RFC 6581's enhanced setup (revision 2, the IRD/ORD words and
+ * their flags, byte-exact, round trips of every flag and of the 14-bit limits, the words
+ * stripped from the consumer's private data); the unflagged form of iw_conn's port (the
+ * words without the enhanced flag, bytes pinned, the flag refused); revision 1 and
+ * revision 2 without the words decoded; every split point of several frames (-EAGAIN, in
+ * a buffer of exactly that many bytes); and the refusals: wrong key at each byte,
+ * markers, each reserved bit, the enhanced flag at revision 1, revisions 0 and 3+, R in a
+ * request, PD_Length above 512, an enhanced frame with fewer than 4 bytes of private
+ * data; the encoder's refusals.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,34 +26,177 @@
 static const unsigned char req_key[] = "MPA ID Req Frame";
 static const unsigned char rep_key[] = "MPA ID Rep Frame";
 
-static void test_build_and_parse_as_before(void **state)
+/* Decodes in the form @p->words_unflagged says. */
+static void decode_ok_form(const unsigned char *b, size_t n, enum iw_mpa_kind kind,
+			   struct iw_mpa_params *p, const unsigned char **pd, uint16_t *pd_len)
+{
+	assert_int_equal(iw_mpa_decode(b, n, kind, p, pd, pd_len), (int)n);
+}
+
+/* Decodes in the flagged form (RFC 6581 as siw reads it). */
+static void decode_ok(const unsigned char *b, size_t n, enum iw_mpa_kind kind,
+		      struct iw_mpa_params *p, const unsigned char **pd, uint16_t *pd_len)
+{
+	p->words_unflagged = false;
+	decode_ok_form(b, n, kind, p, pd, pd_len);
+}
+
+/* Every prefix of @b[0..@n) in a buffer of exactly that size: -EAGAIN; the whole: n. */
+static void check_splits_form(const unsigned char *b, size_t n, enum iw_mpa_kind kind,
+			      bool unflagged)
+{
+	struct iw_mpa_params d = { .words_unflagged = unflagged };
+	const unsigned char *pd;
+	uint16_t pd_len;
+
+	for (size_t k = 0; k < n; k++) {
+		unsigned char *part = malloc(k + 1);
+
+		assert_non_null(part);
+		memcpy(part, b, k);
+		if (iw_mpa_decode(part, k, kind, &d, &pd, &pd_len) != -EAGAIN)
+			fail_msg("frame of %zu bytes split at %zu: not -EAGAIN", n, k);
+		free(part);
+	}
+	decode_ok_form(b, n, kind, &d, &pd, &pd_len);
+}
+
+static void check_splits(const unsigned char *b, size_t n, enum iw_mpa_kind kind)
+{
+	check_splits_form(b, n, kind, false);
+}
+
+/* @b (@n bytes) must be refused once byte @at is in, and need more before it. */
+static void check_refused_form(const unsigned char *b, size_t n, enum iw_mpa_kind kind,
+			       size_t at, bool unflagged, const char *what)
+{
+	struct iw_mpa_params d = { .words_unflagged = unflagged };
+	const unsigned char *pd;
+	uint16_t pd_len;
+
+	for (size_t k = 0; k <= n; k++) {
+		int want = k > at ? -EPROTO : -EAGAIN;
+
+		if (iw_mpa_decode(b, k, kind, &d, &pd, &pd_len) != want)
+			fail_msg("%s, %zu bytes in: want %d", what, k, want);
+	}
+}
+
+static void check_refused(const unsigned char *b, size_t n, enum iw_mpa_kind kind, size_t at,
+			  const char *what)
+{
+	check_refused_form(b, n, kind, at, false, what);
+}
+
+static void test_revision_1_raw_as_rdma_cm_sends_it(void **state)
 {
 	unsigned char b[IW_MPA_FRAME_MAX];
-	struct iw_mpa_frame f;
+	struct iw_mpa_params p = { .rev = IW_MPA_REV, .flags = IW_MPA_FLAG_CRC |
+				   IW_MPA_FLAG_REJECT | IW_MPA_FLAG_MARKERS }, d = { 0 };
+	const unsigned char *pd;
+	uint16_t pd_len;
 	int n;
 
 	(void)state;
-	n = iw_mpa_build(b, sizeof(b), IW_MPA_REQUEST, IW_MPA_FLAG_CRC | IW_MPA_FLAG_REJECT,
-			 "abc", 3);
+	n = iw_mpa_encode(b, sizeof(b), IW_MPA_REQUEST, &p, "abc", 3);
 	assert_int_equal(n, 23);
 	assert_memory_equal(b, req_key, 16);
-	assert_int_equal(b[16], IW_MPA_FLAG_CRC); /* R dropped from a request */
+	assert_int_equal(b[16], IW_MPA_FLAG_CRC); /* R dropped from a request, M never */
 	assert_int_equal(b[17], 1);
 	assert_int_equal(b[18], 0);
 	assert_int_equal(b[19], 3);
 	assert_memory_equal(b + 20, "abc", 3);
-	assert_int_equal(iw_mpa_parse(b, (size_t)n, IW_MPA_REQUEST, &f), 23);
-	assert_int_equal(f.flags, IW_MPA_FLAG_CRC);
-	assert_int_equal(f.rev, 1);
-	assert_int_equal(f.pd_len, 3);
-	assert_ptr_equal(f.pd, b + 20);
-	assert_int_equal(iw_mpa_parse(b, (size_t)n - 1, IW_MPA_REQUEST, &f), -EAGAIN);
-	assert_int_equal(iw_mpa_parse(b, (size_t)n, IW_MPA_REPLY, &f), -EPROTO);
-	n = iw_mpa_build(b, sizeof(b), IW_MPA_REPLY, IW_MPA_FLAG_REJECT, NULL, 0);
+	assert_int_equal(iw_mpa_decode(b, (size_t)n, IW_MPA_REQUEST, &d, &pd, &pd_len), 23);
+	assert_int_equal(d.flags, IW_MPA_FLAG_CRC);
+	assert_int_equal(d.rev, 1);
+	assert_false(d.enhanced);
+	assert_int_equal(pd_len, 3);
+	assert_ptr_equal(pd, b + 20);
+	assert_int_equal(iw_mpa_decode(b, (size_t)n - 1, IW_MPA_REQUEST, &d, &pd, &pd_len),
+			 -EAGAIN);
+	assert_int_equal(iw_mpa_decode(b, (size_t)n, IW_MPA_REPLY, &d, &pd, &pd_len), -EPROTO);
+	/* A reject: R in a reply, nothing else. */
+	p = (struct iw_mpa_params){ .rev = IW_MPA_REV, .flags = IW_MPA_FLAG_REJECT };
+	n = iw_mpa_encode(b, sizeof(b), IW_MPA_REPLY, &p, NULL, 0);
 	assert_int_equal(n, 20);
-	assert_int_equal(iw_mpa_parse(b, 20, IW_MPA_REPLY, &f), 20);
-	assert_int_equal(f.flags, IW_MPA_FLAG_REJECT);
-	assert_int_equal(iw_mpa_build(b, sizeof(b), IW_MPA_REPLY, 0, b, 513), -EINVAL);
+	assert_memory_equal(b, rep_key, 16);
+	assert_int_equal(b[16], IW_MPA_FLAG_REJECT);
+	assert_int_equal(b[17], 1);
+	assert_int_equal(b[19], 0);
+	assert_int_equal(iw_mpa_decode(b, 20, IW_MPA_REPLY, &d, &pd, &pd_len), 20);
+	assert_int_equal(d.flags, IW_MPA_FLAG_REJECT);
+	assert_int_equal(pd_len, 0);
+	assert_int_equal(iw_mpa_encode(b, sizeof(b), IW_MPA_REPLY, &p, b, 513), -EINVAL);
+}
+
+/* iw_conn's port: the words at revision 2 without the enhanced flag, as it has always
+ * sent them; decoded in that form only, the flag refused there. */
+static void test_words_unflagged(void **state)
+{
+	static const unsigned char want[] = {
+		'M', 'P', 'A', ' ', 'I', 'D', ' ', 'R', 'e', 'p', ' ', 'F', 'r', 'a', 'm', 'e',
+		0x60,       /* C | R, no enhanced flag */
+		0x02,       /* revision 2 */
+		0x00, 0x06, /* PD_Length: 4 + 2 */
+		0x40, 0x05, /* IRD word: RTR as zero-length Send, IRD 5 */
+		0xbf, 0xff, /* ORD word: RTR as zero-length Write, ORD 0x3fff */
+		'o', 'k',
+	};
+	struct iw_mpa_params p = { .flags = IW_MPA_FLAG_CRC | IW_MPA_FLAG_REJECT, .rev = 2,
+				   .enhanced = true, .words_unflagged = true, .ird = 5,
+				   .ord = 0x3fff, .rtr_zero_send = true, .rtr_zero_write = true };
+	struct iw_mpa_params d = { .words_unflagged = true };
+	unsigned char b[64];
+	const unsigned char *pd;
+	uint16_t pd_len;
+	int n;
+
+	(void)state;
+	n = iw_mpa_encode(b, sizeof(b), IW_MPA_REPLY, &p, "ok", 2);
+	assert_int_equal(n, (int)sizeof(want));
+	assert_memory_equal(b, want, sizeof(want));
+	decode_ok_form(b, (size_t)n, IW_MPA_REPLY, &d, &pd, &pd_len);
+	assert_true(d.words_unflagged); /* left as it was */
+	assert_true(d.enhanced);
+	assert_int_equal(d.flags, IW_MPA_FLAG_CRC | IW_MPA_FLAG_REJECT);
+	assert_int_equal(d.ird, 5);
+	assert_int_equal(d.ord, 0x3fff);
+	assert_true(d.rtr_zero_send && d.rtr_zero_write && !d.rtr_zero_read && !d.p2p);
+	assert_int_equal(pd_len, 2);
+	assert_ptr_equal(pd, b + 24);
+	/* The same bytes read in the flagged form: no words, all of the PD raw. */
+	d = (struct iw_mpa_params){ 0 };
+	decode_ok_form(b, (size_t)n, IW_MPA_REPLY, &d, &pd, &pd_len);
+	assert_false(d.enhanced);
+	assert_int_equal(pd_len, 6);
+	check_splits_form(b, (size_t)n, IW_MPA_REPLY, true);
+	/* The flag, at either revision, is a reserved bit in this form. */
+	b[16] |= IW_MPA_FLAG_ENHANCED;
+	check_refused_form(b, (size_t)n, IW_MPA_REPLY, 16, true, "enhanced flag, unflagged form");
+	b[17] = 1;
+	check_refused_form(b, (size_t)n, IW_MPA_REPLY, 16, true, "enhanced flag at revision 1");
+	/* Revision 2 with fewer than 4 bytes of PD cannot hold the words. */
+	memcpy(b, want, sizeof(want));
+	b[19] = 3;
+	check_refused_form(b, (size_t)n, IW_MPA_REPLY, 19, true, "words in < 4 bytes");
+	/* Revision 1 in this form: no words. */
+	p = (struct iw_mpa_params){ .rev = 1, .words_unflagged = true };
+	n = iw_mpa_encode(b, sizeof(b), IW_MPA_REQUEST, &p, "ab", 2);
+	assert_int_equal(n, 22);
+	assert_int_equal(b[16], 0);
+	d = (struct iw_mpa_params){ .words_unflagged = true };
+	decode_ok_form(b, (size_t)n, IW_MPA_REQUEST, &d, &pd, &pd_len);
+	assert_false(d.enhanced);
+	assert_int_equal(pd_len, 2);
+	/* The encoder keeps the form readable: the words exactly at revision 2. */
+	p = (struct iw_mpa_params){ .rev = 2, .words_unflagged = true };
+	assert_int_equal(iw_mpa_encode(b, sizeof(b), IW_MPA_REQUEST, &p, NULL, 0), -EINVAL);
+	p = (struct iw_mpa_params){ .words_unflagged = true };
+	assert_int_equal(iw_mpa_encode(b, sizeof(b), IW_MPA_REQUEST, &p, NULL, 0), -EINVAL);
+	p.enhanced = true;
+	assert_int_equal(iw_mpa_encode(b, sizeof(b), IW_MPA_REQUEST, &p, NULL, 0), 24);
+	assert_int_equal(b[16], 0);
+	assert_int_equal(b[17], 2);
 }
 
 static void test_encode_enhanced_byte_exact(void **state)
@@ -89,12 +234,6 @@ static void test_encode_enhanced_byte_exact(void **state)
 	assert_int_equal(b[23], 0x01);
 }
 
-static void decode_ok(const unsigned char *b, size_t n, enum iw_mpa_kind kind,
-		      struct iw_mpa_params *p, const unsigned char **pd, uint16_t *pd_len)
-{
-	assert_int_equal(iw_mpa_decode(b, n, kind, p, pd, pd_len), (int)n);
-}
-
 static void test_roundtrip_every_flag_and_limit(void **state)
 {
 	static const uint16_t vals[] = { 0, 1, 16, 128, 0x2000, 0x3fff };
@@ -113,7 +252,7 @@ static void test_roundtrip_every_flag_and_limit(void **state)
 					.ird = vals[v], .ord = vals[sizeof(vals) / sizeof(vals[0]) - 1 - v],
 					.p2p = bits & 4, .rtr_zero_write = bits & 8,
 					.rtr_zero_read = bits & 16, .rtr_zero_send = bits & 32,
-				}, d;
+				}, d = { 0 };
 				const unsigned char *pd;
 				uint16_t pd_len;
 				size_t ulen = (bits * 5 + v) % 253;
@@ -144,14 +283,15 @@ static void test_roundtrip_every_flag_and_limit(void **state)
 static void test_decode_revision_1_and_plain_revision_2(void **state)
 {
 	unsigned char b[IW_MPA_FRAME_MAX], big[508];
-	struct iw_mpa_params p, d;
+	struct iw_mpa_params p = { .rev = IW_MPA_REV, .flags = IW_MPA_FLAG_CRC }, d = { 0 };
 	const unsigned char *pd;
 	uint16_t pd_len;
 	int n;
 
 	(void)state;
-	/* Revision 1 (as rdma_cm builds it today): all of the PD is the consumer's. */
-	n = iw_mpa_build(b, sizeof(b), IW_MPA_REPLY, IW_MPA_FLAG_CRC, "xyz", 3);
+	/* Revision 1 (as rdma_cm's same-host handshake sends it): all of the PD is the
+	 * consumer's. */
+	n = iw_mpa_encode(b, sizeof(b), IW_MPA_REPLY, &p, "xyz", 3);
 	decode_ok(b, (size_t)n, IW_MPA_REPLY, &d, &pd, &pd_len);
 	assert_int_equal(d.rev, 1);
 	assert_false(d.enhanced);
@@ -183,25 +323,6 @@ static void test_decode_revision_1_and_plain_revision_2(void **state)
 	assert_int_equal(IW_MPA_PD_SIW_MAX, 256);
 }
 
-/* Every prefix of @b[0..@n) in a buffer of exactly that size: -EAGAIN; the whole: n. */
-static void check_splits(const unsigned char *b, size_t n, enum iw_mpa_kind kind)
-{
-	struct iw_mpa_params d;
-	const unsigned char *pd;
-	uint16_t pd_len;
-
-	for (size_t k = 0; k < n; k++) {
-		unsigned char *part = malloc(k + 1);
-
-		assert_non_null(part);
-		memcpy(part, b, k);
-		if (iw_mpa_decode(part, k, kind, &d, &pd, &pd_len) != -EAGAIN)
-			fail_msg("frame of %zu bytes split at %zu: not -EAGAIN", n, k);
-		free(part);
-	}
-	decode_ok(b, n, kind, &d, &pd, &pd_len);
-}
-
 static void test_every_split_point_needs_more(void **state)
 {
 	unsigned char b[IW_MPA_FRAME_MAX], upd[252];
@@ -218,24 +339,9 @@ static void test_every_split_point_needs_more(void **state)
 	p.flags = IW_MPA_FLAG_REJECT;
 	n = iw_mpa_encode(b, sizeof(b), IW_MPA_REPLY, &p, "no", 2);
 	check_splits(b, (size_t)n, IW_MPA_REPLY);
-	n = iw_mpa_build(b, sizeof(b), IW_MPA_REQUEST, 0, NULL, 0);
+	p = (struct iw_mpa_params){ .rev = IW_MPA_REV };
+	n = iw_mpa_encode(b, sizeof(b), IW_MPA_REQUEST, &p, NULL, 0);
 	check_splits(b, (size_t)n, IW_MPA_REQUEST);
-}
-
-/* @b (@n bytes) must be refused once byte @at is in, and need more before it. */
-static void check_refused(const unsigned char *b, size_t n, enum iw_mpa_kind kind, size_t at,
-			  const char *what)
-{
-	struct iw_mpa_params d;
-	const unsigned char *pd;
-	uint16_t pd_len;
-
-	for (size_t k = 0; k <= n; k++) {
-		int want = k > at ? -EPROTO : -EAGAIN;
-
-		if (iw_mpa_decode(b, k, kind, &d, &pd, &pd_len) != want)
-			fail_msg("%s, %zu bytes in: want %d", what, k, want);
-	}
 }
 
 static void test_refusals(void **state)
@@ -318,7 +424,8 @@ static void test_encode_refusals(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_build_and_parse_as_before),
+		cmocka_unit_test(test_revision_1_raw_as_rdma_cm_sends_it),
+		cmocka_unit_test(test_words_unflagged),
 		cmocka_unit_test(test_encode_enhanced_byte_exact),
 		cmocka_unit_test(test_roundtrip_every_flag_and_limit),
 		cmocka_unit_test(test_decode_revision_1_and_plain_revision_2),

@@ -723,7 +723,9 @@ static int dump_frames(bool rev2)
 
 			n = iw_mpa_encode(b, sizeof(b), kind, &p, "sv", 2);
 		} else {
-			n = iw_mpa_build(b, sizeof(b), kind, IW_MPA_FLAG_CRC, NULL, 0);
+			struct iw_mpa_params p = { .flags = IW_MPA_FLAG_CRC, .rev = 1 };
+
+			n = iw_mpa_encode(b, sizeof(b), kind, &p, NULL, 0);
 		}
 		if (n < 0)
 			return 1;
