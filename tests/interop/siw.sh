@@ -11,8 +11,11 @@
 # and the same perftest and rping with both ends on siw in the guest, for siw's own
 # figures beside ours (emulated kernel code: compare within one run only).
 #
-# usage: tests/interop/siw.sh BUILD_DIR [--runs N] [--count N] [--quick] [--keep]
-#   --quick   one run each, 200 pings, perftest write only
+# usage: tests/interop/siw.sh BUILD_DIR [--runs N] [--perf-runs N] [--count N] [--quick]
+#                                        [--keep]
+#   --runs N       rping, ucmatose, rdma_server/client and cmtime N times each way (10)
+#   --perf-runs N  each perftest N times each way and with siw alone (3)
+#   --quick        one run each, 200 pings, perftest write only
 #   --keep    keep the host side's logs (printed where)
 # Needs root (a network namespace, a tap device, apt-get on first use) and the kvm
 # harness beside the checkout (SOFTVERBS_KVM_DIR, default ../shared/kvm); skips (77)
@@ -27,7 +30,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 if [ "${1:-}" = --host-side ]; then
   shift
   # ---- the host side: runs inside the tap's namespace (boot.sh --host-cmd) --------
-  BUILD=$1 RUNS=$2 COUNT=$3 QUICK=$4 T=$5
+  BUILD=$1 RUNS=$2 COUNT=$3 QUICK=$4 T=$5 PRUNS=$6
   SV="$BUILD/bin/softverbs"
   G=10.199.0.2 H=10.199.0.1
   PASS=0 FAIL=0
@@ -82,7 +85,9 @@ if [ "${1:-}" = --host-side ]; then
     gwait >/dev/null
     ns=$(gsh "grep -c 'ping data' /tmp/rs.log")
     nc=$(grep -c 'ping data' "$T/rc.log")
-    check "rping softverbs->siw run $r ($nc/$ns pings, rc $rc)" rping_ok "$T/rc.log" $rc "$nc" "$ns"
+    check "rping softverbs->siw run $r ($nc/$ns pings, rc $rc)" rping_ok "$T/rc.log" $rc "$nc" "$ns" ||
+      { cp "$T/rc.log" "$T/fail-rping-sv-$r.log"
+        gsh "tail -n 5 /tmp/rs.log; dmesg | tail -n 20" > "$T/fail-rping-sv-$r.guest"; }
     figure rping_s softverbs-client/siw-server "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
     # siw client -> softverbs server
     port=$((port + 1))
@@ -95,7 +100,9 @@ if [ "${1:-}" = --host-side ]; then
     wait $spid
     ns=$(grep -c 'ping data' "$T/rs.log")
     set -- $out
-    check "rping siw->softverbs run $r ($2/$ns pings, rc $1)" rping_ok "$T/rs.log" "$1" "$2" "$ns"
+    check "rping siw->softverbs run $r ($2/$ns pings, rc $1)" rping_ok "$T/rs.log" "$1" "$2" "$ns" ||
+      { cp "$T/rs.log" "$T/fail-rping-siw-$r.log"
+        gsh "tail -n 5 /tmp/rc.log; dmesg | tail -n 20" > "$T/fail-rping-siw-$r.guest"; }
     figure rping_s siw-client/softverbs-server "$(awk -v a="$3" -v b="$4" 'BEGIN { print b - a }')"
   done
   # siw with itself, same VM
@@ -132,9 +139,11 @@ if [ "${1:-}" = --host-side ]; then
       test "${out%%$'\n'*}" = 0 -a "$src" -eq 0 ||
       { echo "$out" | tail -n +2 | sed 's/^/    client: /'; tail -n 3 "$T/ps.log" | sed 's/^/    server: /'; }
   }
-  cm_prog ucmatose "-b ADDR" "-s ADDR"
-  cm_prog rdma_server "-s ADDR" "-s ADDR"
-  cm_prog cmtime "-b ADDR -c 10" "-s ADDR -c 10"
+  for r in $(seq "$RUNS"); do
+    cm_prog ucmatose "-b ADDR" "-s ADDR"
+    cm_prog rdma_server "-s ADDR" "-s ADDR"
+    cm_prog cmtime "-b ADDR -c 10" "-s ADDR -c 10"
+  done
 
   # perftest -R: TEST SIZE; the figure is t_typical (lat) or BW average (bw)
   pt_value() { # LOG KIND
@@ -172,30 +181,39 @@ if [ "${1:-}" = --host-side ]; then
     gsh "cat /tmp/bc.log" > "$T/bc.log"
     figure "$t" siw/siw "$(pt_value "$T/bc.log" "$kind")"
   }
-  if [ "$QUICK" = 1 ]; then
-    perf ib_write_lat 2
-    perf ib_write_bw 65536
-  else
-    for t in send write read; do
-      perf ib_${t}_lat 2
-      perf ib_${t}_bw 65536
-    done
-  fi
+  # Not ib_send_bw: perftest turns on its credit exchange (RDMA Writes of credits, iWARP
+  # having no RNR) only where the local device's transport is iWARP; softverbs0 is an IB
+  # (RoCE-like) device, so the two ends disagree: siw writes credits the softverbs end
+  # never registered, and waits for credits it never sends (docs/architecture.md).
+  echo "skip ib_send_bw: perftest's iWARP-only credit exchange (see the script)"
+  for r in $(seq "$PRUNS"); do
+    if [ "$QUICK" = 1 ]; then
+      perf ib_write_lat 2
+      perf ib_write_bw 65536
+    else
+      perf ib_send_lat 2
+      for t in write read; do
+        perf ib_${t}_lat 2
+        perf ib_${t}_bw 65536
+      done
+    fi
+  done
   echo "$PASS passed, $FAIL failed"
   [ "$FAIL" -eq 0 ]
   exit
 fi
 
 # ---- the outer side: set up, boot, report -----------------------------------------------
-BUILD=${1:?usage: siw.sh BUILD_DIR [--runs N] [--count N] [--quick] [--keep]}
+BUILD=${1:?usage: siw.sh BUILD_DIR [--runs N] [--perf-runs N] [--count N] [--quick] [--keep]}
 BUILD=$(cd "$BUILD" && pwd)
 shift
-RUNS=10 COUNT=1000 QUICK=0 KEEP=0
+RUNS=10 PRUNS=3 COUNT=1000 QUICK=0 KEEP=0
 while [ $# -gt 0 ]; do
   case $1 in
     --runs) RUNS=$2; shift 2 ;;
+    --perf-runs) PRUNS=$2; shift 2 ;;
     --count) COUNT=$2; shift 2 ;;
-    --quick) QUICK=1 RUNS=1 COUNT=200; shift ;;
+    --quick) QUICK=1 RUNS=1 PRUNS=1 COUNT=200; shift ;;
     --keep) KEEP=1; shift ;;
     *) echo "siw.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -219,7 +237,7 @@ T=$(mktemp -d /tmp/sv-siw.XXXXXX)
 LOG=$KVM_OUT/siw-$(date +%Y%m%dT%H%M%S).log
 echo "siw.sh: booting (log $LOG); host side logs in $T"
 "$KVM/boot.sh" -q --net tap --netns "svsiw$$" --timeout 3000 --log "$LOG" \
-  --host-cmd "bash '$HERE/siw.sh' --host-side '$BUILD' $RUNS $COUNT $QUICK '$T'" \
+  --host-cmd "bash '$HERE/siw.sh' --host-side '$BUILD' $RUNS $COUNT $QUICK '$T' $PRUNS" \
   "$HERE/guest-serve.sh" 2900
 rc=$?
 grep -v '^figure ' "$LOG.host" | grep -v '^KVMH-HOST-RC'
