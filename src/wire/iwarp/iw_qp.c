@@ -845,7 +845,6 @@ int iw_qp_adopt(struct sv_qp *qp, int fd, const struct sv_stream *s)
 	iq->peer_first_until = sv_now_ns() + IW_PEER_FIRST_MS * 1000000ull;
 	atomic_store(&iq->peer_first, s->peer_first);
 	iq->nudge_at = sv_now_ns() + IW_NUDGE_MS * 1000000ull;
-	atomic_store(&iq->rx_seen, false);
 	atomic_store(&iq->nudge_due, !s->peer_first);
 	atomic_store(&iq->fd, fd);
 	iq->watch = watch;
@@ -1078,8 +1077,7 @@ static int timers(struct sv_qp *qp)
 	/* The responder has said nothing since the connection came up: one zero-length
 	 * Write, so that a responder which did not read what came first reads now. */
 	if (atomic_load(&iq->nudge_due) && sv_now_ns() >= iq->nudge_at &&
-	    atomic_exchange(&iq->nudge_due, false) && !atomic_load(&iq->rx_seen) &&
-	    atomic_load(&iq->link) == IW_LINK_UP && !atomic_load(&iq->term_sent)) {
+	    atomic_exchange(&iq->nudge_due, false) && atomic_load(&iq->link) == IW_LINK_UP && !atomic_load(&iq->term_sent)) {
 		sv_dbg("iwarp qp %u: the peer is silent: a zero-length Write", iq->qpn);
 		sv_spin_lock(&qp->sq.lock);
 		(void)iw_tx_nudge(iq);

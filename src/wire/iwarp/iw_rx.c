@@ -850,8 +850,8 @@ int iw_rx_poll(struct iw_qp *iq, int budget)
 	}
 	if (placing)
 		sv_mr_place_end();
-	if (n && !atomic_load_explicit(&iq->rx_seen, memory_order_relaxed))
-		atomic_store_explicit(&iq->rx_seen, true, memory_order_relaxed);
+	if (n && atomic_load_explicit(&iq->nudge_due, memory_order_relaxed))
+		atomic_store_explicit(&iq->nudge_due, false, memory_order_relaxed); /* it spoke */
 	if (n && atomic_load_explicit(&iq->peer_first, memory_order_relaxed)) {
 		/* The initiator's first FPDU came: what this passive side queued may go. */
 		atomic_store_explicit(&iq->peer_first, false, memory_order_release);

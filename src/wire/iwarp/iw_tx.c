@@ -872,6 +872,11 @@ int iw_tx_flush(struct iw_qp *iq)
 {
 	int total = 0;
 
+	/* RFC 5044 §7.1: nothing before the initiator's first FPDU (the receive clears
+	 * peer_first and kicks: the next flush sends what waited). */
+	if (atomic_load_explicit(&iq->peer_first, memory_order_acquire))
+		return 0;
+
 	for (;;) {
 		struct iovec v[FLUSH_IOVS];
 		struct msghdr msg = { .msg_iov = v };
@@ -880,10 +885,6 @@ int iw_tx_flush(struct iw_qp *iq)
 		ssize_t n;
 		int fd;
 
-		/* RFC 5044 §7.1: nothing before the initiator's first FPDU (the receive
-		 * clears peer_first and kicks: the next flush sends what waited). */
-		if (atomic_load_explicit(&iq->peer_first, memory_order_acquire))
-			return total;
 		if (atomic_flag_test_and_set_explicit(&iq->tx_io, memory_order_acquire))
 			return total; /* the writer there writes what we queued */
 		/* The socket, read as the writer: it is closed only by one (iw_tx_close). */

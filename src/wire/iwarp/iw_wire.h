@@ -152,10 +152,10 @@ struct iw_qp {
 				       * §7.1; cleared by the receive, which kicks) or until
 				       * peer_first_until (iw_qp.c timers) */
 	uint64_t peer_first_until;
-	_Atomic bool nudge_due;       /* active side: a zero-length Write at nudge_at unless
-				       * the peer has spoken by then (iw_qp.c timers) */
+	_Atomic bool nudge_due;       /* active side: a zero-length Write at nudge_at (iw_qp.c
+				       * timers), unless the peer speaks first (the receive
+				       * clears it) */
 	uint64_t nudge_at;
-	_Atomic bool rx_seen;         /* an FPDU came from the peer on this connection */
 	_Atomic bool goodbye;         /* ... after saying goodbye (its QP left, not died) */
 	_Atomic bool armed;
 
