@@ -493,8 +493,9 @@ enum sv_rx sv_resp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 	if (h->op == SV_OP_TERMINATE) {
 		/* The event the wire names (value), else an access error's. */
 		if (st != IBV_QPS_ERR)
-			sv_qp_fail(qp, SV_ERR_EVENT(h->value ? (enum ibv_event_type)h->value
-							     : IBV_EVENT_QP_ACCESS_ERR));
+			sv_qp_fail(qp, h->value == SV_TERM_QUIET ? SV_ERR_QUIET
+				       : SV_ERR_EVENT(h->value ? (enum ibv_event_type)h->value
+							       : IBV_EVENT_QP_ACCESS_ERR));
 		return SV_RX_CONSUMED;
 	}
 	/* Requests: a QP before RTR holds them (a NIC would drop them and the requester

@@ -76,8 +76,14 @@ struct sv_hdr {
 	uint32_t xrc_srqn; /* requests from an XRC initiator: the SRQ to deliver to */
 	uint64_t compare_add, swap; /* ATOMIC */
 	uint64_t value;    /* ATOMIC_RESP: the original value; TERMINATE: the async event
-			    * the QP raises as it enters Error (0: IBV_EVENT_QP_ACCESS_ERR) */
+			    * the QP raises as it enters Error (0: IBV_EVENT_QP_ACCESS_ERR;
+			    * SV_TERM_QUIET: none) */
 };
+
+/* TERMINATE's value for an Error that completions alone report: the stream an iWARP QP
+ * ran on was closed by its peer (an RNIC's LLP close: the QP's work is flushed, and the
+ * CM, not the QP, tells the application). */
+#define SV_TERM_QUIET (~(uint64_t)0)
 
 /*
  * What arrived with a request or a read response, for the core to copy out once it has

@@ -2168,6 +2168,7 @@ struct sync_side {
 	int err;                   /* errno at the failed step */
 	bool done;
 	bool had_qp, had_pd, had_cqs, had_event, rts;
+	struct sync_side *peer;    /* the client's: the server */
 	unsigned char got[16];
 	unsigned char rbuf[16], sbuf[16]; /* the messages (16 bytes each way) */
 };
@@ -2180,6 +2181,7 @@ static void sync_sides(struct fx *f, struct sync_side **srv, struct sync_side **
 	*cli = f->mem[1] = calloc(1, sizeof(**cli));
 	assert_non_null(*srv);
 	assert_non_null(*cli);
+	(*cli)->peer = *srv;
 }
 
 #define SYNC_STEP(s, name, call)                                                           \
@@ -2198,6 +2200,14 @@ static bool qp_is_rts(struct ibv_qp *qp)
 	struct ibv_qp_init_attr ia;
 
 	return qp && !ibv_query_qp(qp, &a, IBV_QP_STATE, &ia) && a.qp_state == IBV_QPS_RTS;
+}
+
+static bool qp_is_err(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	return qp && !ibv_query_qp(qp, &a, IBV_QP_STATE, &ia) && a.qp_state == IBV_QPS_ERR;
 }
 
 static struct ibv_qp_init_attr sync_qp_attr(void)
@@ -2279,6 +2289,15 @@ static void *sync_client(void *arg)
 	}
 	SYNC_STEP(s, "rdma_connect", rdma_connect(id, NULL) == 0);
 	s->rts = qp_is_rts(id->qp);
+	if (!s->rts && ct_cm_iwarp() && s->peer && qp_is_err(id->qp)) {
+		/* iWARP: a server that disconnects at once closes the stream the QP runs on,
+		 * and the QP enters ERROR when it sees that (as siw's) — maybe before this
+		 * look. Only a server already past its accept may have done it. */
+		const char *st = atomic_load(&s->peer->step);
+
+		s->rts = st && (!strcmp(st, "rdma_disconnect") || !strcmp(st, "rdma_dereg_mr") ||
+				!strcmp(st, "done"));
+	}
 	s->had_event = id->event && id->event->event == RDMA_CM_EVENT_ESTABLISHED;
 	if (s->data) {
 		/* rdma_client's order: our send's completion, then the answer. */

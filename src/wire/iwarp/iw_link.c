@@ -35,9 +35,15 @@ void iw_link_down(struct iw_qp *iq, const char *why)
 bool iw_link_closed(struct iw_qp *iq, bool goodbye)
 {
 	struct sv_qp *qp = iq->qp;
+	uint32_t st = atomic_load(&qp->pub.state);
 	uint32_t upto;
 	bool waiting;
 
+	/* rdma_cm hands the stream over in INIT and moves the QP on to RTS at once: an end
+	 * seen in between is judged once it is there (its connection was established, as
+	 * the peer saw it), not by failing the move under rdma_connect. */
+	if (iq->adopted && (st == IBV_QPS_INIT || st == IBV_QPS_RTR))
+		return false;
 	/* A FIN on an rdma_cm stream: the peer reads no more, but TCP still takes what we
 	 * write (the connection is half closed), and a Send is complete once TCP has it
 	 * (RFC 5040 §5.1, as siw completes it): what waits in our queue goes first (perftest's
@@ -78,5 +84,15 @@ bool iw_link_closed(struct iw_qp *iq, bool goodbye)
 	sv_spin_lock(&qp->sq.lock);
 	sv_comp_peer_gone(qp);
 	sv_spin_unlock(&qp->sq.lock);
+	if (iq->adopted) {
+		/* rdma_cm's stream was the connection: with it closed the QP enters Error and
+		 * its receives are flushed, with no async event (the LLP closed, as Linux
+		 * siw's QP goes); an application polling its CQ learns it there, not only one
+		 * that reads rdma_cm's DISCONNECTED. */
+		struct sv_hdr term = { .op = SV_OP_TERMINATE, .src_qpn = iw_peer(iq),
+				       .value = SV_TERM_QUIET };
+
+		(void)sv_resp_deliver(qp, &term, NULL);
+	}
 	return true;
 }

@@ -1552,6 +1552,53 @@ static void active_nudges_a_silent_responder(void **state)
 	assert_int_equal(tu_res_close(res), 0);
 }
 
+/*
+ * A peer that closes an rdma_cm stream in order (a FIN, nothing of ours unread) ends the
+ * connection: the QP enters Error and its posted receives are flushed, with no async
+ * event, as Linux siw's QP goes when its TCP connection closes. An application that
+ * polls its CQ and never reads rdma_cm's events (perftest) learns it there: before, its
+ * QP stayed in RTS and the receives waited for ever (perftest's server hung 60 s after a
+ * siw client left).
+ */
+static void peer_close_flushes_receives(void **state)
+{
+	struct tu_res *res = tu_res_open();
+	uint8_t buf[64];
+	struct ibv_mr *mr;
+	struct ibv_sge sge;
+	struct ibv_recv_wr rwr = { .sg_list = &sge, .num_sge = 1 }, *rbad;
+	struct ibv_async_event ev;
+	struct ibv_wc wc[2];
+	struct ibv_qp *qp;
+	char d[128];
+	int fd[2];
+
+	(void)state;
+	assert_non_null(res);
+	mr = ibv_reg_mr(res->pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	assert_non_null(mr);
+	sge = (struct ibv_sge){ (uintptr_t)buf, sizeof(buf), mr->lkey };
+	qp = adopted(res, fd, false);
+	for (uint64_t i = 0; i < 2; i++) {
+		rwr.wr_id = 100 + i;
+		assert_int_equal(ibv_post_recv(qp, &rwr, &rbad), 0);
+	}
+	assert_int_equal(shutdown(fd[1], SHUT_WR), 0);
+	if (tu_poll_exact(res->cq, 2, wc, WAIT_MS) != 2)
+		fail_msg("the posted receives were not flushed after the peer closed");
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(wc[i].status, IBV_WC_WR_FLUSH_ERR);
+		assert_int_equal(wc[i].wr_id, 100 + i);
+	}
+	assert_int_equal(tu_query_state(qp), IBV_QPS_ERR);
+	if (tu_next_async(res->ctx, 0, &ev, d, sizeof(d)))
+		fail_msg("an async event after the peer's orderly close: %s", d);
+	assert_int_equal(ibv_destroy_qp(qp), 0);
+	close(fd[1]);
+	ibv_dereg_mr(mr);
+	assert_int_equal(tu_res_close(res), 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup_crc, teardown)
 
 int main(void)
@@ -1594,6 +1641,7 @@ int main(void)
 		T(read_resp_bad_offset),
 		T(read_resp_unsolicited),
 		T(peer_terminates),
+		cmocka_unit_test(peer_close_flushes_receives),
 		T(atomic_bad_stag),
 		T(atomic_past_end),
 		T(atomic_unaligned),
