@@ -29,6 +29,7 @@
 #include <rdma/rdma_verbs.h>
 
 #include "util/sv_log.h"
+#include "wire/iwarp/iw_xchg.h"
 
 /* Private data limits, those of IB CM messages on a RoCE port less the rdma_cm header
  * (rdma-core: kernel cma.c / ib_cm.h). */
@@ -155,8 +156,7 @@ struct cma_id {
 	struct ibv_sa_path_rec path;
 
 	/* the handshake */
-	unsigned char rx[512 + 64];
-	size_t rx_len;
+	struct iw_xchg_rx rx;      /* the peer's frame so far (passive side: also the RTU) */
 	struct cma_info remote;    /* from the peer's request or reply */
 	uint32_t psn;              /* ours */
 	struct rdma_conn_param conn;  /* ours, as given to connect/accept */
@@ -174,7 +174,8 @@ struct cma_id {
 	bool iwarp;                /* this connection is iWARP: rdma_create_qp puts the QP on
 				      the iWARP wire, MPA carries the private data raw */
 	bool mpa_crc;              /* the C bit: passive, the request's; active, the reply's */
-	uint8_t mpa_rev;           /* passive: the request's revision, which the reply takes */
+	struct iw_xchg_side mpa_peer; /* passive: the request, which the reply answers;
+				      active: ours, then the reply */
 	bool rfc7306;              /* both ends take RFC 7306 (SOFTVERBS_CM_RFC7306=1) */
 	bool adopted;              /* the QP owns the stream; fd is our dup, watched for its
 				      end only (never read: the QP's wire reads it) */
@@ -221,8 +222,12 @@ static inline int fail(int err)
  *                 thread (epoll, deadlines, graveyard) run with the handlers it is given
  *   cma_qp.c      the id's QP: its moves, its multicast attachments, QP and SRQ calls
  *   cma_event.c   reading events (and the work reading does), acks, synchronous waits
- *   cma_conn.c    the handshake: the CM thread's handlers, connect / accept / reject /
- *                 disconnect
+ *   cma_setup.c   what the connection protocols share: their events, a pending
+ *                 connection becoming an id, a failed connect, the frame read
+ *   cma_local.c   the same-host protocol (struct cma_proto): softverbs' handshake
+ *   cma_iwarp.c   the iWARP protocol: the MPA exchange of src/wire/iwarp/iw_xchg.h
+ *   cma_conn.c    the connection: its TCP transport, the CM thread's handlers, connect /
+ *                 accept / reject / disconnect, each through the id's protocol
  *   cma_misc.c    multicast join and leave, ECE, rsockets
  *   cma_id.c      the id calls: channels, create / destroy, bind, resolve, listen, options
  *   cma_ep.c      rdma_create_ep, rdma_destroy_ep, rdma_get_request
@@ -288,9 +293,54 @@ void cma_event_ack_locked(struct cma_event *e);
 int cma_wait_event(struct cma_id *id);
 int cma_send_rtu(struct cma_id *id);
 
-/* cma_conn.c: the handshake */
-int cma_conn_start(void);
+/* cma_setup.c */
+struct cma_event *cma_post(struct cma_id *id, enum rdma_cm_event_type type, int status);
+void cma_copy_pdata(struct cma_event *e, const unsigned char *pd, int len, int seen);
+void cma_fill_conn_param(struct cma_id *id, struct rdma_conn_param *p);
+void cma_fill_ud_param(struct cma_id *id, struct rdma_ud_param *p);
+void cma_established(struct cma_id *id);
+void cma_pending_drop(struct cma_id *p, const char *why);
+struct cma_id *cma_pending_to_id(struct cma_id *p);
+void cma_active_fail(struct cma_id *id, enum rdma_cm_event_type type, int status);
+int cma_read_frame(struct cma_id *id, enum iw_mpa_kind kind);
+bool cma_more_queued(struct cma_id *id);
 uint32_t cma_random_psn(const struct cma_id *id);
+
+#define CMA_REPLY_WAIT_NS 30000000000ull /* the listener's application has this long */
+
+/*
+ * A connection protocol: the part of connection set-up that depends on what the
+ * connection speaks, behind which rdma_cm's calls and the CM thread (cma_conn.c) run it.
+ * Two today, both over the TCP connection cma_conn.c opens, watches and times:
+ * softverbs' same-host handshake (cma_proto_local, cma_local.c) and iWARP's MPA exchange
+ * (cma_proto_iwarp, cma_iwarp.c). An id's is iWARP's when id->iwarp. IB CM over RoCE is
+ * meant to be a third: the same calls, with its own transport (MADs on the RoCE wire)
+ * where cma_conn.c has TCP. All calls under cma_lock.
+ */
+enum cma_pd_call { CMA_PD_CALL_CONNECT, CMA_PD_CALL_ACCEPT, CMA_PD_CALL_REJECT };
+struct cma_proto {
+	const char *name;
+	/* The private data the call takes at most (more: EINVAL). */
+	uint8_t (*pd_max)(const struct cma_id *id, enum cma_pd_call call);
+	/* Active, the connection up: the request goes (id->conn holds the parameters and
+	 * the private data). 0 or -errno. */
+	int (*request)(struct cma_id *id);
+	/* Active: the reply is whole in id->rx: the events it makes. */
+	void (*reply)(struct cma_id *id);
+	/* Active: nobody listens (the connection refused, past its grace). */
+	void (*refused)(struct cma_id *id);
+	/* Passive: a request is whole in @p->rx. Takes it (an id and CONNECT_REQUEST, or a
+	 * refusal) and says true, or false when it is not this protocol's. */
+	bool (*take_request)(struct cma_id *p);
+	/* rdma_accept, its parameters checked (id->conn): 0 or an errno. */
+	int (*accept)(struct cma_id *id, const struct rdma_conn_param *param);
+	/* Refuses the request in front of @id with @pd, and lets the connection go. */
+	void (*refuse)(struct cma_id *id, const void *pd, uint8_t len);
+};
+extern const struct cma_proto cma_proto_local, cma_proto_iwarp;
+
+/* cma_conn.c: the connection */
+int cma_conn_start(void);
 void cma_refuse_unanswered(struct cma_id *id);
 
 /* cma_misc.c */

@@ -42,29 +42,12 @@ static const char sviw_magic[4] = { 'S', 'V', 'I', 'W' };
 
 _Static_assert(IW_CONN_PD_LEN == IW_MPA_ENH_LEN + SVIW_LEN, "the frame length the header names");
 
-/*
- * One frame out (iw_mpa_encode): revision 2, RFC 6581's words in the form of this port
- * (without the enhanced flag, iw_mpa.h), then softverbs' 16 bytes for @p.
- */
+/* One frame out (iw_xchg_encode, this port's form): @p's side, then softverbs' 16 bytes. */
 static int build(void *buf, size_t cap, enum iw_mpa_kind kind, bool reject,
 		 const struct iw_params *p)
 {
-	struct iw_mpa_params m = {
-		/* RFC 5044 §7.1: markers never (siw refuses them); C as asked or echoed. */
-		.flags = (uint8_t)((p->crc ? IW_MPA_FLAG_CRC : 0) |
-				   (reject ? IW_MPA_FLAG_REJECT : 0)),
-		.rev = IW_MPA_REV2,
-		.enhanced = true,
-		.words_unflagged = true,
-		/* RFC 6581 §9: 14 bits each; larger depths are capped. */
-		.ird = p->ird > IW_MPA_IRD_ORD_MAX ? IW_MPA_IRD_ORD_MAX : p->ird,
-		.ord = p->ord > IW_MPA_IRD_ORD_MAX ? IW_MPA_IRD_ORD_MAX : p->ord,
-		/* Peer-to-peer is the initiator's to ask for; the RTR kinds go both ways. */
-		.p2p = kind == IW_MPA_REQUEST && p->rtr,
-		.rtr_zero_send = p->rtr & IW_RTR_SEND,
-		.rtr_zero_write = p->rtr & IW_RTR_WRITE,
-		.rtr_zero_read = p->rtr & IW_RTR_READ,
-	};
+	struct iw_xchg_side me = { .rev = IW_MPA_REV2, .crc = p->crc, .ird = p->ird,
+				   .ord = p->ord, .rtr = p->rtr };
 	unsigned char pd[SVIW_LEN];
 
 	memcpy(pd, sviw_magic, sizeof(sviw_magic));
@@ -73,11 +56,11 @@ static int build(void *buf, size_t cap, enum iw_mpa_kind kind, bool reject,
 	pd[6] = pd[7] = 0;
 	iw_put32(pd + 8, p->src_qpn);
 	iw_put32(pd + 12, p->dest_qpn);
-	return iw_mpa_encode(buf, cap, kind, &m, pd, sizeof(pd));
+	return iw_xchg_encode(buf, cap, kind, true, &me, reject, pd, sizeof(pd));
 }
 
 /*
- * One frame of @kind in (iw_mpa_decode, in this port's form): its length, -EAGAIN,
+ * One frame of @kind in (iw_xchg_decode, in this port's form): its length, -EAGAIN,
  * -EPROTO (not MPA as this port speaks it: not revision 2 with the words, every end of
  * this port is softverbs), -EBADMSG (MPA, but not softverbs' private data). *rejected:
  * the frame is MPA and has R, whatever follows.
@@ -85,33 +68,28 @@ static int build(void *buf, size_t cap, enum iw_mpa_kind kind, bool reject,
 static int parse(const void *buf, size_t len, enum iw_mpa_kind kind, struct iw_params *got,
 		 bool *rejected)
 {
-	struct iw_mpa_params m = { .words_unflagged = true };
+	struct iw_xchg_side peer;
 	const unsigned char *pd;
 	uint16_t pd_len;
-	int n = iw_mpa_decode(buf, len, kind, &m, &pd, &pd_len);
+	int n;
 
 	*rejected = false;
+	n = iw_xchg_decode(buf, len, kind, true, &peer, rejected, &pd, &pd_len);
 	if (n < 0)
 		return n;
-	*rejected = m.flags & IW_MPA_FLAG_REJECT;
-	if (!m.enhanced)
-		return -EPROTO; /* revision 1: no RFC 6581 words, not softverbs */
 	/* Later versions may append; version 1's 16 bytes stay where they are. */
 	if (pd_len < SVIW_LEN || memcmp(pd, sviw_magic, sizeof(sviw_magic)) ||
 	    pd[4] < SVIW_VERSION)
 		return -EBADMSG;
-	memset(got, 0, sizeof(*got));
-	got->src_qpn = iw_get32(pd + 8);
-	got->dest_qpn = iw_get32(pd + 12);
-	got->ird = m.ird;
-	got->ord = m.ord;
-	got->crc = m.flags & IW_MPA_FLAG_CRC;
-	got->ext = pd[5] & SVIW_F_EXT;
-	got->rtr = (uint8_t)((m.rtr_zero_send ? IW_RTR_SEND : 0) |
-			     (m.rtr_zero_write ? IW_RTR_WRITE : 0) |
-			     (m.rtr_zero_read ? IW_RTR_READ : 0));
-	if (kind == IW_MPA_REQUEST && !m.p2p)
-		got->rtr = 0; /* RFC 6581: the RTR kinds mean something in peer-to-peer only */
+	*got = (struct iw_params){
+		.src_qpn = iw_get32(pd + 8),
+		.dest_qpn = iw_get32(pd + 12),
+		.ird = peer.ird,
+		.ord = peer.ord,
+		.crc = peer.crc,
+		.ext = pd[5] & SVIW_F_EXT,
+		.rtr = peer.rtr,
+	};
 	return n;
 }
 
@@ -146,24 +124,13 @@ int iw_conn_take_reply(const void *buf, size_t len, struct iw_params *got)
 	return n;
 }
 
-static int send_all_now(int fd, const void *buf, size_t len)
-{
-	ssize_t r = send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-
-	if (r == (ssize_t)len)
-		return 0;
-	if (r < 0)
-		return -errno;
-	return -EIO; /* part of a frame went: the stream is of no use */
-}
-
 int iw_conn_reply(int fd, const struct iw_params *mine, bool reject)
 {
 	static const struct iw_params none;
 	unsigned char buf[IW_MPA_FRAME_MAX];
 	int n = build(buf, sizeof(buf), IW_MPA_REPLY, reject, mine ? mine : &none);
 
-	return n < 0 ? n : send_all_now(fd, buf, (size_t)n);
+	return n < 0 ? n : iw_xchg_send(fd, buf, (size_t)n);
 }
 
 /* ---- environment ----------------------------------------------------------------- */
@@ -188,12 +155,6 @@ static long env_long(const char *name, long def, long min, long max)
 uint16_t iw_conn_port(void)
 {
 	return (uint16_t)env_long("SOFTVERBS_IWARP_PORT", IW_PORT_DEFAULT, 1, 65535);
-}
-
-static uint64_t mpa_timeout_ns(void)
-{
-	/* siw closes a socket whose request has not come 5 s after the accept. */
-	return (uint64_t)env_long("SOFTVERBS_IWARP_MPA_TIMEOUT_MS", 5000, 1, 3600000) * 1000000ull;
 }
 
 enum { BUF_DEFAULT = 4 << 20 };
@@ -384,8 +345,7 @@ struct pend {
 	int fd;
 	uint64_t id;       /* the engine's watch */
 	uint64_t deadline; /* sv_now_ns(): closed if not complete by then */
-	size_t len;
-	unsigned char buf[IW_MPA_FRAME_MAX];
+	struct iw_xchg_rx rx; /* the request so far (a handoff's: the whole message) */
 	struct pend *next;
 };
 
@@ -664,7 +624,7 @@ static void add_pend(int kind, int fd)
 	}
 	p->kind = kind;
 	p->fd = fd;
-	p->deadline = sv_now_ns() + mpa_timeout_ns();
+	p->deadline = sv_now_ns() + iw_xchg_request_wait_ns();
 	p->next = cs.pends;
 	cs.pends = p;
 	cs.n_pends++;
@@ -764,29 +724,16 @@ static void tcp_request(struct pend *p, uint32_t events)
 {
 	struct iw_params req;
 	bool rej;
-	int n;
+	int n = iw_xchg_read(&p->rx, p->fd, IW_MPA_REQUEST, true);
 
-	for (;;) {
-		size_t need;
-		ssize_t r;
-
-		n = parse(p->buf, p->len, IW_MPA_REQUEST, &req, &rej);
-		if (n != -EAGAIN)
-			break;
-		/* Read no further than the frame: what follows is the QP's. */
-		need = p->len < IW_MPA_HDR_LEN ? IW_MPA_HDR_LEN - p->len
-					       : IW_MPA_HDR_LEN + iw_get16(p->buf + 18) - p->len;
-		r = recv(p->fd, p->buf + p->len, need, MSG_DONTWAIT);
-		if (r > 0) {
-			p->len += (size_t)r;
-			continue;
-		}
-		if (r < 0 && (errno == EAGAIN || errno == EINTR) &&
-		    !(events & (EPOLLHUP | EPOLLERR)))
-			return;
+	if (n == 0 && !(events & (EPOLLHUP | EPOLLERR)))
+		return;
+	if (n == 0 || (n < 0 && n != -EPROTO)) {
 		drop_pend(p, true); /* closed, reset, or hung up half-way */
 		return;
 	}
+	if (n > 0)
+		n = parse(p->rx.buf, p->rx.len, IW_MPA_REQUEST, &req, &rej);
 	if (n == -EBADMSG) {
 		/* MPA, but not from softverbs (this port speaks only to softverbs). */
 		int fd = p->fd;
@@ -804,7 +751,7 @@ static void tcp_request(struct pend *p, uint32_t events)
 	unsigned char raw[IW_MPA_FRAME_MAX];
 	size_t len = (size_t)n;
 
-	memcpy(raw, p->buf, len);
+	memcpy(raw, p->rx.buf, len);
 	drop_pend(p, false); /* unwatched before the handler watches the fd itself */
 	route(fd, &req, raw, len);
 }
@@ -815,7 +762,7 @@ static void handoff_request(struct pend *p)
 		char buf[CMSG_SPACE(4 * sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
-	struct iovec iov = { .iov_base = p->buf, .iov_len = sizeof(p->buf) };
+	struct iovec iov = { .iov_base = p->rx.buf, .iov_len = sizeof(p->rx.buf) };
 	struct msghdr msg = {
 		.msg_iov = &iov, .msg_iovlen = 1,
 		.msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf),
@@ -841,7 +788,7 @@ static void handoff_request(struct pend *p)
 				close(got); /* one connection per message */
 		}
 	}
-	n = r > 0 ? parse(p->buf, (size_t)r, IW_MPA_REQUEST, &req, &rej) : -EPROTO;
+	n = r > 0 ? parse(p->rx.buf, (size_t)r, IW_MPA_REQUEST, &req, &rej) : -EPROTO;
 	drop_pend(p, true); /* one message per handoff connection */
 	if (fd < 0)
 		return;

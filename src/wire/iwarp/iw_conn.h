@@ -20,9 +20,10 @@
  *
  * The MPA frames (RFC 5044 §7.1) are revision 2 with RFC 6581's IRD/ORD words at the
  * front of the private data, followed by softverbs' own 16 bytes (both ends of this port
- * are softverbs). iw_mpa.h's iw_mpa_encode/iw_mpa_decode make and read them, in the form
- * that header calls words_unflagged: every revision-2 frame has the words, and the
- * enhanced flag is never set and refused (as the softverbs on other hosts expect).
+ * are softverbs). The exchange is iw_xchg.h's, as rdma_cm's is (its frames, its reading
+ * of them off the stream, its answer and check), in the form iw_mpa.h calls
+ * words_unflagged: every revision-2 frame has the words, and the enhanced flag is never
+ * set and refused (as the softverbs on other hosts expect).
  *
  *   IRD word (2, BE) | ORD word (2, BE) | "SVIW" | version 1 | flags | 0 0 |
  *   src QPN (4, BE) | dest QPN (4, BE)
@@ -43,22 +44,16 @@
 
 #include <infiniband/verbs.h>
 
-enum { IW_PORT_DEFAULT = 19875 }; /* SOFTVERBS_IWARP_PORT overrides */
+#include "wire/iwarp/iw_xchg.h"
 
-/* RFC 6581 §9 ready-to-receive kinds (iw_params.rtr): offered in a request (peer-to-peer
- * mode when any is set), the one chosen in a reply. */
-enum {
-	IW_RTR_SEND = 1u << 0,  /* zero-length Send (IRD word bit 14) */
-	IW_RTR_WRITE = 1u << 1, /* zero-length RDMA Write (ORD word bit 15) */
-	IW_RTR_READ = 1u << 2,  /* zero-length RDMA Read (ORD word bit 14) */
-};
+enum { IW_PORT_DEFAULT = 19875 }; /* SOFTVERBS_IWARP_PORT overrides */
 
 struct iw_params {
 	uint32_t src_qpn, dest_qpn; /* request: from, to; reply: the replier's, the asker's */
 	uint16_t ird, ord;          /* RFC 6581: 14 bits each (larger values are capped) */
 	bool crc;                   /* MPA C bit */
 	bool ext;                   /* RFC 7306 atomics and immediate data */
-	uint8_t rtr;                /* IW_RTR_*; 0: not peer-to-peer (added) */
+	uint8_t rtr;                /* IW_RTR_* (iw_xchg.h); 0: not peer-to-peer */
 };
 
 /*

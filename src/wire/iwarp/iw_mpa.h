@@ -1,8 +1,9 @@
 /*
  * MPA connection setup frames (RFC 5044 §7.1, RFC 6581): the request and reply a
- * connection starts with, before any FPDU. The one encoder and decoder of them, for
- * every caller: rdma_cm's iWARP frames and its same-host handshake (lib/rdmacm), the
- * verbs-only setup port (iw_conn.c). Encoding and decoding only; no sockets.
+ * connection starts with, before any FPDU. The one encoder and decoder of them, beneath
+ * the one exchange (iw_xchg.h), which every caller goes through: rdma_cm's iWARP frames
+ * and its same-host handshake (lib/rdmacm), the verbs-only setup port (iw_conn.c).
+ * Encoding and decoding only; no sockets.
  *
  *   Key (16 bytes) | M C R Res(5 bits) | Rev (8) | PD_Length (16, big endian) | PD
  */

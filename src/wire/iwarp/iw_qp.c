@@ -620,7 +620,7 @@ static void incoming(int fd, const struct iw_params *p)
 	int old;
 
 	struct iw_params_in in = { .src_qpn = p->src_qpn, .ird = p->ird, .ord = p->ord,
-				   .crc = p->crc, .ext = p->ext };
+				   .crc = p->crc, .ext = p->ext, .rtr = p->rtr };
 
 	if (!qp || (qp->ibv.qp_base.qp_type != IBV_QPT_RC &&
 		    qp->ibv.qp_base.qp_type != IBV_QPT_UC)) {
@@ -665,13 +665,25 @@ static void adopt(struct sv_qp *qp, struct iw_qp *iq)
 		return;
 	}
 	tune(fd);
-	mine = (struct iw_params){
-		.src_qpn = iq->qpn, .dest_qpn = iq->peer_qpn,
-		.crc = iq->incoming_params.crc, /* RFC 5044 §7.1: C echoes the request's */
-		.ext = iq->incoming_params.ext,
-		.ird = rd_in(qp),
-		.ord = rd_out(qp),
-	};
+	{
+		const struct iw_params_in *in = &iq->incoming_params;
+		struct iw_xchg_side req = { .rev = IW_MPA_REV2, .crc = in->crc, .ird = in->ird,
+					    .ord = in->ord, .rtr = in->rtr }, reply;
+
+		/* The exchange's answer (iw_xchg.h): C echoed, our IRD and ORD; a request
+		 * for peer-to-peer is refused. */
+		if (iw_xchg_answer(&req, rd_in(qp), rd_out(qp), &reply)) {
+			sv_dbg("iwarp qp %u: qp %u asked for peer-to-peer: refused", iq->qpn,
+			       in->src_qpn);
+			(void)iw_conn_reply(fd, NULL, true);
+			close(fd);
+			return;
+		}
+		mine = (struct iw_params){
+			.src_qpn = iq->qpn, .dest_qpn = iq->peer_qpn, .crc = reply.crc,
+			.ext = in->ext, .ird = reply.ird, .ord = reply.ord,
+		};
+	}
 	sv_engine_lock();
 	if (sv_engine_watch_oneshot_locked(fd, on_event, iq, &watch)) {
 		sv_engine_unlock();
@@ -792,6 +804,14 @@ static void dialing(struct sv_qp *qp, struct iw_qp *iq)
 		 * holder exited under our dial). Dial again (timers). */
 		redial_later(qp, iq);
 		return;
+	}
+	if (r >= 0) {
+		const struct iw_params *w = iq->dial_want;
+		struct iw_xchg_side req = { .rev = IW_MPA_REV2, .rtr = w->rtr },
+				    reply = { .rev = IW_MPA_REV2, .rtr = got.rtr };
+
+		if (iw_xchg_check_reply(&req, &reply))
+			r = -EPROTO;
 	}
 	if (r < 0 || got.src_qpn != iq->peer_qpn || got.dest_qpn != iq->qpn) {
 		sv_dbg("iwarp qp %u: qp %u %s", iq->qpn, iq->peer_qpn,

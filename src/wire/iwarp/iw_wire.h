@@ -144,6 +144,7 @@ struct iw_qp {
 		uint32_t src_qpn;
 		uint16_t ird, ord;
 		bool crc, ext;
+		uint8_t rtr; /* peer-to-peer asked for (refused) */
 	} incoming_params;
 	_Atomic bool fatal;           /* the connection broke: the QP is to enter Error */
 	_Atomic bool eof;             /* the peer closed it between FPDUs (iw_link_closed) */
