@@ -14,6 +14,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "util/sv_thread.h"
 #include "util/sv_time.h"
 
 pthread_mutex_t cma_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -445,7 +446,7 @@ int cma_thread_start(const struct cma_handlers *handlers)
 		cm.kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (cm.epfd < 0 || cm.kick < 0 || epoll_ctl(cm.epfd, EPOLL_CTL_ADD, cm.kick, &ev))
 			err = errno;
-		else if ((err = pthread_create(&cm.thread, NULL, cm_main, NULL)) == 0)
+		else if ((err = sv_thread_start(&cm.thread, cm_main, NULL)) == 0)
 			cm.started = true;
 		if (err) {
 			if (cm.epfd >= 0)

@@ -13,6 +13,7 @@
 #include "core/sv_qp_data.h"
 #include "core/sv_wire.h"
 #include "util/sv_log.h"
+#include "util/sv_thread.h"
 #include "util/sv_time.h"
 
 static _Atomic uint32_t bad_pkeys_gone; /* counted on QPs destroyed since */
@@ -254,7 +255,7 @@ static int engine_start(void)
 	err = eng.epfd < 0 || eng.wake_fd < 0 ? -errno : 0;
 	if (!err)
 		err = add_watch(eng.wake_fd, EPOLLIN, wake_drain, NULL, NULL);
-	if (!err && pthread_create(&thread, NULL, progress_main, NULL))
+	if (!err && sv_thread_start(&thread, progress_main, NULL))
 		err = -EAGAIN;
 	if (err) {
 		/* Nothing of a half-started engine stays open. */
