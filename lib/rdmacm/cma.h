@@ -148,7 +148,7 @@ struct cma_id {
 	bool destroyed;            /* the user destroyed it; freed when no event refers to it */
 	int events_out;            /* events read by the user and not yet acked */
 	int fd;                    /* TCP socket: listening, connecting or connected */
-	int claim_fd;              /* the RDMA port held (id_bind), -1 if none */
+	int claim_fd, claim_fd6;   /* the RDMA port held for IPv4, IPv6 (id_bind), or -1 */
 	bool in_epoll;
 	bool afonly, reuseaddr;
 	uint8_t tos;

@@ -89,7 +89,7 @@ struct cma_id *cma_id_new(struct cma_channel *chan, void *context, enum rdma_por
 	id->id.qp_type = ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
 	id->chan = chan;
 	id->fd = -1;
-	id->claim_fd = -1;
+	id->claim_fd = id->claim_fd6 = -1;
 	id->state = CMA_IDLE;
 	if (chan)
 		chan->ids++;
@@ -113,7 +113,9 @@ void cma_id_free_locked(struct cma_id *id)
 		cma_channel_free(id->chan);
 	if (id->claim_fd >= 0)
 		close(id->claim_fd);
-	id->claim_fd = -1;
+	if (id->claim_fd6 >= 0)
+		close(id->claim_fd6);
+	id->claim_fd = id->claim_fd6 = -1;
 	free(id->ep_qp_attr);
 	cma_graveyard(id);
 }

@@ -176,21 +176,23 @@ int rdma_destroy_id(struct rdma_cm_id *id)
  * The RDMA port an id holds. Its TCP socket needs SO_REUSEADDR (connections it closed
  * leave TIME_WAIT behind, which the RDMA port space does not have), and so cannot stop
  * a second id from binding the same port; an abstract unix socket named after the port
- * space and port can, across processes, and goes away with its holder. Ids with
+ * space, port and address family can, across processes, and goes away with its holder.
+ * As kernel rdma_cm keeps the port space: an IPv4 address claims the port for IPv4, an
+ * IPv6 one for IPv6, and the IPv6 wildcard without RDMA_OPTION_ID_AFONLY (dual stack)
+ * for both; so 0.0.0.0:P and [::]:P with AFONLY live side by side. Ids with
  * RDMA_OPTION_ID_REUSEADDR share ports and take no claim. (Stricter than rdma-core in
- * one case: two ids on different specific addresses cannot share a port number.)
+ * one case: two ids on different specific addresses of one family cannot share a port.)
  */
-static int claim_port(struct cma_id *id, uint16_t port)
+static int claim_one(struct cma_id *id, uint16_t port, int family, int *out)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	socklen_t len;
 	int fd;
 
-	if (id->reuseaddr)
-		return 0;
 	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
 			  (size_t)snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
-					   "softverbs/cmport/%x/%u", (unsigned)id->id.ps, port));
+					   "softverbs/cmport/%x/%u/%d", (unsigned)id->id.ps, port,
+					   family == AF_INET ? 4 : 6));
 	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return errno;
@@ -198,8 +200,27 @@ static int claim_port(struct cma_id *id, uint16_t port)
 		close(fd);
 		return EADDRINUSE;
 	}
-	id->claim_fd = fd;
+	*out = fd;
 	return 0;
+}
+
+static int claim_port(struct cma_id *id, const struct sockaddr *addr, uint16_t port)
+{
+	bool v6 = addr->sa_family == AF_INET6;
+	bool v4 = !v6 || (addr_any(addr) && !id->afonly);
+	int err = 0;
+
+	if (id->reuseaddr)
+		return 0;
+	if (v4)
+		err = claim_one(id, port, AF_INET, &id->claim_fd);
+	if (!err && v6)
+		err = claim_one(id, port, AF_INET6, &id->claim_fd6);
+	if (err && id->claim_fd >= 0) {
+		close(id->claim_fd);
+		id->claim_fd = -1;
+	}
+	return err;
 }
 
 /* Binds @id's TCP socket to @addr (port 0: one is picked) and claims the port. Under
@@ -220,7 +241,7 @@ static int id_bind(struct cma_id *id, const struct sockaddr *addr)
 			close(fd);
 			return err;
 		}
-		err = claim_port(id, cma_port_of((struct sockaddr *)&ss));
+		err = claim_port(id, addr, cma_port_of((struct sockaddr *)&ss));
 		if (!err)
 			break;
 		close(fd);

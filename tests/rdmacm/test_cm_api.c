@@ -540,6 +540,61 @@ static void test_bind_port_of_bound_id_in_use(void **state)
 		fail_msg("bind of a port in use: errno %d, expected EADDRINUSE", errno);
 }
 
+/* A wildcard of @family on @port, AFONLY as @afonly (-1: not set). */
+static int bind_any(struct rdma_cm_id *id, int family, uint16_t port, int afonly)
+{
+	struct sockaddr_storage ss;
+
+	memset(&ss, 0, sizeof(ss));
+	ss.ss_family = (sa_family_t)family;
+	if (family == AF_INET)
+		((struct sockaddr_in *)&ss)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)&ss)->sin6_port = htons(port);
+	if (afonly >= 0)
+		assert_int_equal(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &afonly,
+						 sizeof(afonly)), 0);
+	return rdma_bind_addr(id, (struct sockaddr *)&ss);
+}
+
+/*
+ * The port space per address family, as kernel rdma_cm keeps it: 0.0.0.0:P and
+ * [::]:P with RDMA_OPTION_ID_AFONLY listen side by side (a dual-stack server's two
+ * listeners), while [::]:P without it (dual stack) overlaps IPv4 and is EADDRINUSE next
+ * to 0.0.0.0:P, and 0.0.0.0:P next to it.
+ */
+static void test_bind_per_family(void **state)
+{
+	struct fx *f = *state;
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *v4, *v6, *dual, *late4;
+	uint16_t port;
+
+	need_family(f);
+	ch = fx_channel(f);
+	v4 = fx_id(f, ch, NULL, RDMA_PS_TCP);
+	v6 = fx_id(f, ch, NULL, RDMA_PS_TCP);
+	dual = fx_id(f, ch, NULL, RDMA_PS_TCP);
+	late4 = fx_id(f, ch, NULL, RDMA_PS_TCP);
+	assert_int_equal(bind_any(v4, AF_INET, 0, -1), 0);
+	port = ntohs(rdma_get_src_port(v4));
+	assert_int_equal(rdma_listen(v4, 4), 0);
+	errno = 0;
+	assert_int_equal(bind_any(dual, AF_INET6, port, 0), -1);
+	assert_int_equal(errno, EADDRINUSE);
+	if (bind_any(v6, AF_INET6, port, 1))
+		fail_msg("[::]:%u with AFONLY beside 0.0.0.0:%u: errno %d", port, port, errno);
+	assert_int_equal(rdma_listen(v6, 4), 0);
+	/* The other way round: a dual-stack wildcard first holds the port for IPv4 too. */
+	assert_int_equal(rdma_destroy_id(v4), 0);
+	assert_int_equal(rdma_destroy_id(v6), 0);
+	f->ids[0] = f->ids[1] = NULL;
+	assert_int_equal(bind_any(dual, AF_INET6, port, 0), 0);
+	errno = 0;
+	assert_int_equal(bind_any(late4, AF_INET, port, -1), -1);
+	assert_int_equal(errno, EADDRINUSE);
+}
+
 /* Bad addresses: an unsupported family is EAFNOSUPPORT, NULL is EINVAL. */
 static void test_bind_bad_address(void **state)
 {
@@ -2653,6 +2708,7 @@ int main(int argc, char **argv)
 		T46(test_bind_loopback_device),
 		T46(test_bind_port_of_listener_in_use),
 		T46(test_bind_port_of_bound_id_in_use),
+		T6(test_bind_per_family),
 		T(test_bind_bad_address),
 		T(test_listen_unbound_binds_wildcard),
 		T46(test_resolve_addr_and_route),
