@@ -307,6 +307,7 @@ bool cma_more_queued(struct cma_id *id);
 uint32_t cma_random_psn(const struct cma_id *id);
 
 #define CMA_REPLY_WAIT_NS 30000000000ull /* the listener's application has this long */
+#define CMA_TIMEWAIT_NS 10000000ull      /* DISCONNECTED to TIMEWAIT_EXIT (cma_conn.c) */
 
 /*
  * A connection protocol: the part of connection set-up that depends on what the

@@ -123,6 +123,21 @@ static void active_connected(struct cma_id *id)
 
 /* --- both sides ---------------------------------------------------------------------- */
 
+/*
+ * After DISCONNECTED, a RoCE port's IB CM keeps the connection in timewait (twice the
+ * packet lifetime, ~0.5 s on rxe) and then says RDMA_CM_EVENT_TIMEWAIT_EXIT; applications
+ * release their connections on it. Nothing of ours is in flight after the end of the
+ * stream, so ours is short (CMA_TIMEWAIT_NS). iWARP's CM has no timewait and no such
+ * event (kernel rdma_cm on siw), nor has UD.
+ */
+static void timewait(struct cma_id *id)
+{
+	if (id->iwarp || id->id.qp_type == IBV_QPT_UD)
+		return;
+	id->deadline_ns = sv_now_ns() + CMA_TIMEWAIT_NS;
+	cma_kick();
+}
+
 /* The peer closed (or broke) the connection. */
 static void peer_gone(struct cma_id *id)
 {
@@ -165,6 +180,15 @@ static void peer_gone(struct cma_id *id)
 		e = cma_post(id, RDMA_CM_EVENT_DISCONNECTED, 0);
 		if (e && id->iwarp)
 			e->work = CMA_WORK_QP_ERROR;
+		timewait(id);
+		break;
+	}
+	case CMA_DISCONNECTED: {
+		/* This side went first; its timewait runs on. */
+		uint64_t until = id->deadline_ns;
+
+		cma_close_fd(id);
+		id->deadline_ns = until;
 		break;
 	}
 	default:
@@ -295,6 +319,10 @@ static void on_timeout(struct cma_id *id)
 		cma_close_fd(id);
 		id->state = CMA_ERROR;
 		cma_post(id, RDMA_CM_EVENT_CONNECT_ERROR, -ETIMEDOUT);
+		break;
+	case CMA_DISCONNECTED:
+		if (!id->destroyed)
+			cma_post(id, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0);
 		break;
 	default:
 		break;
@@ -518,10 +546,12 @@ int rdma_disconnect(struct rdma_cm_id *id)
 			shutdown(cid->fd, SHUT_WR);
 		cid->deadline_ns = 0;
 		cid->state = CMA_DISCONNECTED;
-		if (cid->id.qp_type != IBV_QPT_UD)
+		if (cid->id.qp_type != IBV_QPT_UD) {
 			cma_post(cid, RDMA_CM_EVENT_DISCONNECTED, 0);
-		else
+			timewait(cid);
+		} else {
 			err = EINVAL;
+		}
 		break;
 	case CMA_DISCONNECTED:
 		/* The peer went first: its DISCONNECTED is this side's too. */

@@ -85,6 +85,19 @@ void ct_expect_event(struct rdma_event_channel *ch, enum rdma_cm_event_type type
 		fail_msg("%s: status %d, expected %d", rdma_event_str(type), got, status);
 }
 
+void ct_expect_timewait_exit(struct rdma_event_channel *ch, struct rdma_cm_id *id)
+{
+	struct rdma_cm_event *ev;
+
+	if (ct_cm_iwarp())
+		return;
+	ev = ct_wait_event(ch, RDMA_CM_EVENT_TIMEWAIT_EXIT, CT_WAIT_MS);
+	if (id)
+		assert_ptr_equal(ev->id, id);
+	assert_int_equal(ev->status, 0);
+	assert_int_equal(rdma_ack_cm_event(ev), 0);
+}
+
 void ct_expect_no_event(struct rdma_event_channel *ch, int ms, const char *why)
 {
 	struct rdma_cm_event *ev = ct_next_event(ch, ms);

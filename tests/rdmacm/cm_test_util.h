@@ -36,6 +36,10 @@ struct rdma_cm_event *ct_wait_event(struct rdma_event_channel *ch, enum rdma_cm_
 /* ct_wait_event within CT_WAIT_MS, then checks the status is @status and acknowledges. */
 void ct_expect_event(struct rdma_event_channel *ch, enum rdma_cm_event_type type, int status);
 
+/* After DISCONNECTED on @ch: RDMA_CM_EVENT_TIMEWAIT_EXIT for the same id comes (status
+ * 0), as a RoCE port's IB CM says it after its timewait; on iWARP (ct_cm_iwarp) none. */
+void ct_expect_timewait_exit(struct rdma_event_channel *ch, struct rdma_cm_id *id);
+
 /* Fails the test, naming @why, if an event arrives on @ch within @ms (a negative check). */
 void ct_expect_no_event(struct rdma_event_channel *ch, int ms, const char *why);
 

@@ -1654,6 +1654,9 @@ static void test_disconnect_flushes_one_event_each(void **state)
 	assert_int_equal(qp_state(p->server->qp), IBV_QPS_ERR);
 	ct_expect_wc(p->server->recv_cq, 21, IBV_WC_WR_FLUSH_ERR, CT_WAIT_MS, NULL);
 	ct_expect_wc(p->server->recv_cq, 22, IBV_WC_WR_FLUSH_ERR, CT_WAIT_MS, NULL);
+	/* Then each side's TIMEWAIT_EXIT (RoCE), and nothing more. */
+	ct_expect_timewait_exit(p->cch, p->client);
+	ct_expect_timewait_exit(p->lch, p->server);
 	ct_expect_no_event(p->cch, QUIET_MS, "a second DISCONNECTED (active side)");
 	ct_expect_no_event(p->lch, QUIET_MS, "a second DISCONNECTED (passive side)");
 
@@ -1677,6 +1680,8 @@ static void test_disconnect_both_at_once(void **state)
 	assert_int_equal(rdma_disconnect(p->server), 0);
 	ct_expect_event(p->cch, RDMA_CM_EVENT_DISCONNECTED, 0);
 	ct_expect_event(p->lch, RDMA_CM_EVENT_DISCONNECTED, 0);
+	ct_expect_timewait_exit(p->cch, p->client);
+	ct_expect_timewait_exit(p->lch, p->server);
 	ct_expect_no_event(p->cch, QUIET_MS, "a second DISCONNECTED (active side)");
 	ct_expect_no_event(p->lch, 0, "a second DISCONNECTED (passive side)");
 }
@@ -1905,6 +1910,7 @@ static void test_migrate_connected_id(void **state)
 	ev = ct_wait_event(ch, RDMA_CM_EVENT_DISCONNECTED, CT_WAIT_MS);
 	assert_ptr_equal(ev->id, p->server);
 	assert_int_equal(rdma_ack_cm_event(ev), 0);
+	ct_expect_timewait_exit(ch, p->server);
 	ct_expect_no_event(p->lch, QUIET_MS, "the listener's channel the id left");
 	ct_expect_event(p->cch, RDMA_CM_EVENT_DISCONNECTED, 0);
 
@@ -2676,6 +2682,7 @@ static void peer_gone_disconnects(struct fx *f, bool kill_it)
 	assert_int_equal(rdma_ack_cm_event(ev), 0);
 	assert_int_equal(rdma_disconnect(p->server), 0);
 	assert_int_equal(qp_state(p->server->qp), IBV_QPS_ERR);
+	ct_expect_timewait_exit(p->lch, p->server);
 	ct_expect_no_event(p->lch, QUIET_MS, "a second DISCONNECTED");
 }
 
