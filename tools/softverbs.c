@@ -53,7 +53,10 @@ static const char usage[] =
 	"                     this host's UD QPs are reached over UDP too (default: other\n"
 	"                     hosts' only)\n"
 	"  SOFTVERBS_UD_PORT  UD datagrams go to UDP port this + QPN / 256 (default 16384;\n"
-	"                     the same on every host)\n";
+	"                     the same on every host)\n"
+	"  SOFTVERBS_TRANSPORT  iwarp: softverbs0 reports itself an iWARP RNIC, as Linux\n"
+	"                     siw0 does, for programs that act by the transport (perftest's\n"
+	"                     ib_send_bw against siw); default ib (RoCE-like)\n";
 
 static int has_lib(const char *dir)
 {

@@ -239,7 +239,11 @@ static int show_sysfs(const struct sv_host *host, char *why, size_t len)
 	if (make_room("/sys/class", "infiniband", why, len))
 		return -1;
 	put(&t, NULL, "%s", d);
-	put(&t, "1: CA\n", "%s/node_type", d);
+	{
+		const char *tr = getenv("SOFTVERBS_TRANSPORT"); /* as the library reports it */
+
+		put(&t, tr && !strcmp(tr, "iwarp") ? "4: RNIC\n" : "1: CA\n", "%s/node_type", d);
+	}
 	guid_text(text, sizeof(text), host->node_guid);
 	put(&t, text, "%s/node_guid", d);
 	put(&t, text, "%s/sys_image_guid", d);

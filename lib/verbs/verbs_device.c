@@ -25,7 +25,18 @@ static struct sv_host sv_host_at_load;
 
 static void sv_init(void)
 {
+	const char *t = getenv("SOFTVERBS_TRANSPORT");
+
 	sv_log_init();
+	/* The device is RoCE-like (an IB channel adapter on Ethernet). SOFTVERBS_TRANSPORT=
+	 * iwarp presents it as an iWARP RNIC, as Linux siw0 is, for programs that act by the
+	 * transport (perftest's ib_send_bw exchanges credits on iWARP only). */
+	if (t && !strcmp(t, "iwarp")) {
+		sv_ibv_device.node_type = IBV_NODE_RNIC;
+		sv_ibv_device.transport_type = IBV_TRANSPORT_IWARP;
+	} else if (t && *t && strcmp(t, "ib")) {
+		sv_warn("SOFTVERBS_TRANSPORT=%s: not 'ib' or 'iwarp', using ib", t);
+	}
 	if (sv_host_probe(&sv_host_at_load))
 		sv_warn("SOFTVERBS_PKEYS is malformed; using the default partition only");
 }
