@@ -79,6 +79,8 @@ enum cma_state {
 	CMA_CONNECTED,
 	CMA_DISCONNECTED,
 	CMA_ERROR,
+	CMA_LINGER,         /* hidden: an iWARP stream kept open a while after its id let go
+			       (cma_linger), closed at the peer's end or its deadline */
 };
 
 extern const char *const cma_state_name[];
@@ -277,6 +279,7 @@ void cma_watch(struct cma_id *id, uint32_t events);
 void cma_unwatch(struct cma_id *id);
 void cma_kick(void);
 void cma_close_fd(struct cma_id *id);
+void cma_linger(struct cma_id *id);
 void cma_graveyard(struct cma_id *id);
 
 /* cma_qp.c */
@@ -308,6 +311,7 @@ uint32_t cma_random_psn(const struct cma_id *id);
 
 #define CMA_REPLY_WAIT_NS 30000000000ull /* the listener's application has this long */
 #define CMA_TIMEWAIT_NS 10000000ull      /* DISCONNECTED to TIMEWAIT_EXIT (cma_conn.c) */
+#define CMA_LINGER_NS 50000000ull        /* an iWARP stream's end waits this long at most */
 
 /*
  * A connection protocol: the part of connection set-up that depends on what the

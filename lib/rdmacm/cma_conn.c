@@ -202,6 +202,12 @@ static void on_input(struct cma_id *id, uint32_t events)
 	ssize_t n;
 	int r;
 
+	if (id->state == CMA_LINGER) {
+		/* The peer ended the stream (or broke it): ours ends now too. */
+		if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+			cma_id_release(id);
+		return;
+	}
 	if (id->state == CMA_LISTEN) {
 		listener_accept(id);
 		return;
@@ -303,6 +309,10 @@ static void on_timeout(struct cma_id *id)
 {
 	sv_dbg("rdma_cm: id %p (%s): deadline", (void *)id, cma_state_name[id->state]);
 	id->deadline_ns = 0;
+	if (id->state == CMA_LINGER) {
+		cma_id_release(id);
+		return;
+	}
 	if (id->parent) {
 		cma_pending_drop(id, "no request in time");
 		return;
@@ -542,7 +552,9 @@ int rdma_disconnect(struct rdma_cm_id *id)
 		/* rdma-core moves the QP to ERROR first (flushing what is posted); the peer
 		 * sees the end of the stream; each side gets one DISCONNECTED. */
 		cma_qp_to_error(cid);
-		if (cid->fd >= 0)
+		if (cid->iwarp && cid->adopted)
+			cma_linger(cid); /* the QP let go of it: our dup ends the stream */
+		else if (cid->fd >= 0)
 			shutdown(cid->fd, SHUT_WR);
 		cid->deadline_ns = 0;
 		cid->state = CMA_DISCONNECTED;

@@ -27,6 +27,7 @@ const char *const cma_state_name[] = {
 	[CMA_REPLIED] = "REPLIED",     [CMA_REQ_RCVD] = "REQ_RCVD",   [CMA_ACCEPTED] = "ACCEPTED",
 	[CMA_RESPONSE] = "RESPONSE",   [CMA_CONNECTED] = "CONNECTED",
 	[CMA_DISCONNECTED] = "DISCONNECTED", [CMA_ERROR] = "ERROR",
+	[CMA_LINGER] = "LINGER",
 };
 
 /* SOFTVERBS_LOG applies to this library too (it has its own copy of the logger). */
@@ -354,6 +355,36 @@ void cma_close_fd(struct cma_id *id)
 		close(id->fd);
 	id->fd = -1;
 	id->deadline_ns = 0;
+}
+
+/*
+ * Ends @id's iWARP stream (our dup of the QP's socket) without sending the end at once:
+ * the socket moves to a hidden id that the CM thread closes when the peer ends the
+ * stream, or CMA_LINGER_NS later. Linux siw fails a Send it has put on the wire but not
+ * yet completed (IB_WC_LOC_QP_OP_ERR) when the connection's end arrives meanwhile (its
+ * llp close flushes the send in progress); a peer that answers and closes at once (the
+ * last exchange of perftest's server) hit that window in one run of eight under TCG.
+ * @id keeps no socket. No-op when it has none, or the memory for the hidden id is short
+ * (then the end goes at once).
+ */
+void cma_linger(struct cma_id *id)
+{
+	struct cma_id *l;
+
+	if (id->fd < 0)
+		return;
+	l = cma_id_new(NULL, NULL, id->id.ps);
+	if (!l) {
+		cma_close_fd(id);
+		return;
+	}
+	cma_unwatch(id);
+	l->fd = id->fd;
+	id->fd = -1;
+	id->deadline_ns = 0;
+	l->state = CMA_LINGER;
+	l->deadline_ns = sv_now_ns() + CMA_LINGER_NS;
+	cma_watch(l, EPOLLRDHUP);
 }
 
 /* The CM thread may hold @id from an epoll batch it has not finished; it frees. */

@@ -142,6 +142,8 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 	cid->destroyed = true;
 	cma_mc_leave_all(cid);
 	cma_refuse_unanswered(cid);
+	if (cid->iwarp && cid->adopted && cid->state == CMA_CONNECTED)
+		cma_linger(cid); /* the end goes once the QP's socket is closed too */
 	cma_close_fd(cid);
 	while (cid->pending) {
 		struct cma_id *p = cid->pending;

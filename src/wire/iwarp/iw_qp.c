@@ -471,6 +471,7 @@ static void disconnect(struct sv_qp *qp)
 {
 	struct iw_qp *iq = iw_of(qp);
 	uint64_t watch;
+	bool adopted;
 	int fd;
 
 	/* Verbs-only connections say goodbye (a Terminate "TCP connection closed", RFC 5044
@@ -500,6 +501,7 @@ static void disconnect(struct sv_qp *qp)
 	watch = iq->watch;
 	iq->watch = 0;
 	atomic_store(&iq->link, IW_LINK_NONE);
+	adopted = iq->adopted;
 	iq->adopted = false;
 	iw_tx_reset(iq);
 	iw_rx_reset(iq);
@@ -509,7 +511,11 @@ static void disconnect(struct sv_qp *qp)
 		sv_engine_lock();
 		sv_engine_unwatch_locked(watch);
 		sv_engine_unlock();
-		shutdown(fd, SHUT_WR);
+		/* A stream of rdma_cm's ends when its id lets go of it too (librdmacm keeps
+		 * it a moment for a peer that may still be completing what it sent: Linux
+		 * siw, cma_linger); closing our descriptor ends it when it is the last. */
+		if (!adopted)
+			shutdown(fd, SHUT_WR);
 		drain(fd);
 		close(fd);
 	}
