@@ -16,7 +16,9 @@
  * - private data: 252 bytes each way, 253 is EINVAL; a peer's 255 bytes all arrive;
  * - a connected pair moves data (SEND, RDMA WRITE, RDMA READ) byte for byte over the
  *   iWARP wire (softverbs_query_qp_stats says so); rdma_disconnect gives DISCONNECTED on
- *   both sides and the passive QP is in ERROR once its event is read.
+ *   both sides and the passive QP is in ERROR once its event is read;
+ * - the end of the stream waits for the peer's, 50 ms at most (Linux siw's late Send
+ *   completion), after rdma_disconnect and after a connected id is destroyed.
  * The plain TCP peers here are the test's own sockets on loopback.
  */
 #include "rdmacm/cm_test_util.h"
@@ -28,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <softverbs/softverbs.h>
 
@@ -331,6 +334,67 @@ static void test_accept_reply_frame(void **state)
 	}
 }
 
+/* Milliseconds from @t0 (CLOCK_MONOTONIC) until @fd's stream ends (EOF or reset), reading
+ * and dropping what comes before; -1 when it has not ended within CT_WAIT_MS. */
+static long ms_until_end(int fd, const struct timespec *t0)
+{
+	for (;;) {
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		struct timespec now;
+		unsigned char buf[256];
+		long ms;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		ms = (now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
+		if (ms > CT_WAIT_MS || poll(&pf, 1, (int)(CT_WAIT_MS - ms)) <= 0)
+			return -1;
+		if (read(fd, buf, sizeof(buf)) <= 0) {
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			return (now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
+		}
+	}
+}
+
+/*
+ * The end of an iWARP stream waits for the peer, 50 ms at most: Linux siw fails a Send
+ * whose bytes have left but that it has not completed yet when the end arrives
+ * (IB_WC_LOC_QP_OP_ERR), and a server that answers and disconnects at once hit that
+ * (perftest's siw client: "Failed to close connection", 4 runs of 10). After
+ * rdma_disconnect, and after rdma_destroy_qp and rdma_destroy_id of a connected id, the
+ * peer sees the end no sooner than 40 ms later, and sees it.
+ */
+static void test_end_waits_for_the_peer(void **state)
+{
+	(void)state;
+	for (int how = 0; how < 2; how++) {
+		struct passive p = { 0 };
+		unsigned char rep[600];
+		struct timespec t0;
+		long ms;
+
+		passive_start(&p, false);
+		assert_int_equal(rdma_accept(p.id, NULL), 0);
+		ct_expect_event(p.ch, RDMA_CM_EVENT_ESTABLISHED, 0);
+		(void)read_frame(p.fd, rep, sizeof(rep), "rdma_accept's reply");
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		if (how == 0) {
+			assert_int_equal(rdma_disconnect(p.id), 0);
+			ct_expect_event(p.ch, RDMA_CM_EVENT_DISCONNECTED, 0);
+		} else {
+			rdma_destroy_qp(p.id);
+			assert_int_equal(rdma_destroy_id(p.id), 0);
+			p.id = NULL;
+		}
+		ms = ms_until_end(p.fd, &t0);
+		if (ms < 0)
+			fail_msg("%s: the stream never ended", how ? "rdma_destroy_id" : "rdma_disconnect");
+		if (ms < 40)
+			fail_msg("%s: the stream ended after %ld ms, not waiting for the peer",
+				 how ? "rdma_destroy_id" : "rdma_disconnect", ms);
+		passive_end(&p);
+	}
+}
+
 /* rdma_reject's reply: R, C echoed, the user's PD raw after the enhanced words; then the
  * connection ends. */
 static void test_reject_reply_frame(void **state)
@@ -552,6 +616,7 @@ int main(void)
 		cmocka_unit_test(test_listener_takes_255),
 		cmocka_unit_test(test_private_data_252),
 		cmocka_unit_test(test_data_and_disconnect),
+		cmocka_unit_test(test_end_waits_for_the_peer),
 		cmocka_unit_test(test_no_listener),
 	};
 
