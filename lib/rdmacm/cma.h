@@ -175,9 +175,9 @@ struct cma_id {
 	/* iWARP (the peer on another host, or SOFTVERBS_CM_WIRE=iwarp) */
 	bool iwarp;                /* this connection is iWARP: rdma_create_qp puts the QP on
 				      the iWARP wire, MPA carries the private data raw */
-	bool mpa_crc;              /* the C bit: passive, the request's; active, the reply's */
 	struct iw_xchg_side mpa_peer; /* passive: the request, which the reply answers;
-				      active: ours, then the reply */
+				      active: ours, then the reply. Its C bit is what runs
+				      (passive: the request's, which the reply echoes) */
 	bool rfc7306;              /* both ends take RFC 7306 (SOFTVERBS_CM_RFC7306=1) */
 	bool adopted;              /* the QP owns the stream; fd is our dup, watched for its
 				      end only (never read: the QP's wire reads it) */

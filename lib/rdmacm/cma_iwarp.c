@@ -101,7 +101,6 @@ static void reply(struct cma_id *id)
 		return;
 	}
 	/* The responder decides: its C bit says whether CRC is on (as siw initiators do). */
-	id->mpa_crc = peer.crc;
 	id->mpa_peer = peer;
 	id->rfc7306 = cma_rfc7306_wanted();
 	memset(&id->remote, 0, sizeof(id->remote));
@@ -169,7 +168,6 @@ static bool take_request(struct cma_id *p)
 				    : "peer-to-peer mode asked for");
 		return true;
 	}
-	p->mpa_crc = req.crc; /* RFC 5044 §7.1: the reply echoes it, and it is what runs */
 	memset(&p->remote, 0, sizeof(p->remote));
 	/* RFC 6581 §5: the initiator's IRD and ORD (revision 1: one Read each way). */
 	p->remote.ird = cap_rd(req.ird);

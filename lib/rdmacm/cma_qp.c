@@ -216,7 +216,7 @@ int cma_qp_to_rts(struct cma_id *id)
 int cma_qp_adopt(struct cma_id *id)
 {
 	struct softverbs_stream s = {
-		.crc = id->mpa_crc, .rfc7306 = id->rfc7306,
+		.crc = id->mpa_peer.crc, .rfc7306 = id->rfc7306,
 		.ird = id->resp_res, .ord = id->init_depth,
 		/* RFC 5044 §7.1: the passive side sends nothing before the initiator's first
 		 * FPDU (a siw initiator that finds bytes behind the reply drops the
