@@ -363,7 +363,8 @@ void cma_close_fd(struct cma_id *id)
  * stream, or CMA_LINGER_NS later. Linux siw fails a Send it has put on the wire but not
  * yet completed (IB_WC_LOC_QP_OP_ERR) when the connection's end arrives meanwhile (its
  * llp close flushes the send in progress); a peer that answers and closes at once (the
- * last exchange of perftest's server) hit that window in one run of eight under TCG.
+ * last exchange of perftest's server) hit that window in four runs of ten of
+ * ib_write_bw -R under TCG.
  * @id keeps no socket. No-op when it has none, or the memory for the hidden id is short
  * (then the end goes at once).
  */

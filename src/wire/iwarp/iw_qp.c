@@ -1103,7 +1103,8 @@ static int timers(struct sv_qp *qp)
 	/* The responder has said nothing since the connection came up: one zero-length
 	 * Write, so that a responder which did not read what came first reads now. */
 	if (atomic_load(&iq->nudge_due) && sv_now_ns() >= iq->nudge_at &&
-	    atomic_exchange(&iq->nudge_due, false) && atomic_load(&iq->link) == IW_LINK_UP && !atomic_load(&iq->term_sent)) {
+	    atomic_exchange(&iq->nudge_due, false) && atomic_load(&iq->link) == IW_LINK_UP &&
+	    !atomic_load(&iq->term_sent)) {
 		sv_dbg("iwarp qp %u: the peer is silent: a zero-length Write", iq->qpn);
 		sv_spin_lock(&qp->sq.lock);
 		(void)iw_tx_nudge(iq);
