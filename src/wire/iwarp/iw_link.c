@@ -35,14 +35,11 @@ void iw_link_down(struct iw_qp *iq, const char *why)
 bool iw_link_closed(struct iw_qp *iq, bool goodbye)
 {
 	struct sv_qp *qp = iq->qp;
-	uint32_t st = atomic_load(&qp->pub.state);
 	uint32_t upto;
 	bool waiting;
 
-	/* rdma_cm hands the stream over in INIT and moves the QP on to RTS at once: an end
-	 * seen in between is judged once it is there (its connection was established, as
-	 * the peer saw it), not by failing the move under rdma_connect. */
-	if (iq->adopted && (st == IBV_QPS_INIT || st == IBV_QPS_RTR))
+	/* Judged at RTS, not by failing the move under rdma_connect (iw_end_waits). */
+	if (iw_end_waits(iq))
 		return false;
 	/* A FIN on an rdma_cm stream: the peer reads no more, but TCP still takes what we
 	 * write (the connection is half closed), and a Send is complete once TCP has it

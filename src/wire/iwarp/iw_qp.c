@@ -290,8 +290,9 @@ void iw_wire_prepare_qpn(uint32_t qpn)
 
 static void publish(struct sv_qp *qp)
 {
-	/* An accepted connection waits for RTR: the progress thread adopts it now. */
-	if (atomic_load(&iw_of(qp)->incoming) >= 0)
+	/* An accepted connection waits for RTR: the progress thread adopts it now; an
+	 * adopted stream's end waits for RTS (iw_end_waits): judged now. */
+	if (atomic_load(&iw_of(qp)->incoming) >= 0 || atomic_load(&iw_of(qp)->eof))
 		sv_engine_kick();
 }
 
@@ -1040,7 +1041,8 @@ static bool ackable(struct iw_qp *iq)
 /* Whether anything waits that the next poll would move. */
 static bool has_work(struct iw_qp *iq)
 {
-	return atomic_load(&iq->fatal) || atomic_load(&iq->eof) || atomic_load(&iq->local_nak_msn) ||
+	return atomic_load(&iq->fatal) || (atomic_load(&iq->eof) && !iw_end_waits(iq)) ||
+	       atomic_load(&iq->local_nak_msn) ||
 	       (atomic_load(&iq->incoming) >= 0 && atomic_load(&iq->link) == IW_LINK_EXPECTING) ||
 	       (iw_tx_pending(iq) && !atomic_load(&iq->tx_wants_out)) ||
 	       ackable(iq);
@@ -1055,6 +1057,8 @@ static bool arm(struct sv_qp *qp, bool assist)
 	(void)assist;
 	if (has_work(iq))
 		return false;
+	if (iw_end_waits(iq))
+		return true; /* the socket has nothing more to say; publish kicks at RTS */
 	if (link != IW_LINK_UP && link != IW_LINK_DIALING)
 		return true; /* a connection handed to us kicks the engine */
 	if (iw_tx_pending(iq))

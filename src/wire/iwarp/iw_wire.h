@@ -235,6 +235,20 @@ static inline uint32_t iw_peer(const struct iw_qp *iq)
 			   : iq->peer_qpn;
 }
 
+/*
+ * rdma_cm hands a stream over in INIT and moves the QP on to RTS at once: an end of the
+ * stream seen in between waits for RTS (iw_link_closed), when its connection was
+ * established as the peer saw it. Until then there is nothing to do: no work, no watch;
+ * the state's change kicks the engine (publish).
+ */
+static inline bool iw_end_waits(struct iw_qp *iq)
+{
+	uint32_t st = atomic_load(&iq->qp->pub.state);
+
+	return atomic_load(&iq->eof) && iq->adopted &&
+	       (st == IBV_QPS_INIT || st == IBV_QPS_RTR);
+}
+
 /* iw_tx.c */
 void iw_tx_init(struct iw_qp *iq);
 void iw_tx_reset(struct iw_qp *iq);
