@@ -2182,16 +2182,21 @@ static void test_burst_of_connects(void **state)
 	while (ndisc_c < BURST || ndisc_s < BURST) {
 		struct rdma_cm_event *ev = next_event(fx->lch, 0);
 
+		/* (Each DISCONNECTED of the same-host protocol is followed by its id's
+		 * TIMEWAIT_EXIT 10 ms later: on a slow machine some come while others are
+		 * still to be read. Not counted.) */
 		if (ev) {
-			if (ev->event != RDMA_CM_EVENT_DISCONNECTED)
+			if (ev->event != RDMA_CM_EVENT_DISCONNECTED &&
+			    ev->event != RDMA_CM_EVENT_TIMEWAIT_EXIT)
 				fail_msg("burst: %s on the listener's side", rdma_event_str(ev->event));
-			ndisc_s++;
+			ndisc_s += ev->event == RDMA_CM_EVENT_DISCONNECTED;
 			assert_int_equal(rdma_ack_cm_event(ev), 0);
 		}
 		if ((ev = next_event(fx->cch, 0))) {
-			if (ev->event != RDMA_CM_EVENT_DISCONNECTED)
+			if (ev->event != RDMA_CM_EVENT_DISCONNECTED &&
+			    ev->event != RDMA_CM_EVENT_TIMEWAIT_EXIT)
 				fail_msg("burst: %s on the clients' side", rdma_event_str(ev->event));
-			ndisc_c++;
+			ndisc_c += ev->event == RDMA_CM_EVENT_DISCONNECTED;
 			assert_int_equal(rdma_ack_cm_event(ev), 0);
 		}
 		if (now_ms() > end)
