@@ -60,13 +60,14 @@ void sv_comp_complete_locked(struct sv_qp *qp)
 	}
 }
 
-/* Marks every WQE waiting for an answer up to @msn as done. Caller holds sq.lock. */
-static void acked_upto(struct sv_qp *qp, uint32_t msn)
+/* Marks every WQE waiting for an answer up to @msn as done, READs and atomics only if
+ * @reads. Caller holds sq.lock. */
+static void acked_upto(struct sv_qp *qp, uint32_t msn, bool reads)
 {
 	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
 		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
 
-		if (w->state != SV_WQE_WAIT)
+		if (w->state != SV_WQE_WAIT || (!reads && sv_wqe_reads(w)))
 			continue;
 		if (!sv_msn_le(w->msn, msn))
 			break;
@@ -145,7 +146,7 @@ static void read_resp(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_
 	if (h->len && p->copy(p, 0, piece, k, h->len))
 		return;
 	if (h->flags & SV_F_LAST) {
-		acked_upto(qp, h->msn - 1);
+		acked_upto(qp, h->msn - 1, true);
 		sv_wqe_done(w, IBV_WC_SUCCESS);
 		if (qp->rd_atomic_out)
 			qp->rd_atomic_out--;
@@ -177,7 +178,7 @@ enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 	}
 	switch (h->op) {
 	case SV_OP_ACK:
-		acked_upto(qp, h->msn);
+		acked_upto(qp, h->msn, !(h->flags & SV_F_NO_READS));
 		break;
 	case SV_OP_READ_RESP:
 		read_resp(qp, h, p);
@@ -194,13 +195,13 @@ enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 					 IBV_ACCESS_LOCAL_WRITE, w->sge[0].addr, 8, &va))
 				memcpy((void *)(uintptr_t)va, &h->value, 8);
 		}
-		acked_upto(qp, h->msn);
+		acked_upto(qp, h->msn, true);
 		break;
 	case SV_OP_NAK:
 		w = nak_target(qp, h->msn);
 		if (!w)
 			break; /* about nothing outstanding: a ghost */
-		acked_upto(qp, h->msn - 1);
+		acked_upto(qp, h->msn - 1, true);
 		sv_wqe_done(w, (enum ibv_wc_status)h->status);
 		qp->tx_stopped = true;
 		break;
@@ -236,7 +237,7 @@ int sv_comp_timers(struct sv_qp *qp)
 	w = waiting_wqe(qp, qp->rnr_msn, 0);
 	sv_set_hint(qp->rnr_deadline, 0);
 	if (w) {
-		acked_upto(qp, w->msn - 1);
+		acked_upto(qp, w->msn - 1, true);
 		sv_wqe_done(w, IBV_WC_RNR_RETRY_EXC_ERR);
 		qp->wire->abandon(qp, w->msn);
 		sv_comp_complete_locked(qp);

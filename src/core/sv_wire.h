@@ -55,6 +55,9 @@ enum sv_hdr_flags {
 				  * the immediate is left to deliver */
 	SV_F_ABANDONED = 1 << 7, /* the requester gave up on this request (RNR retries ran
 				  * out) before it was accepted: drop it, never execute it */
+	SV_F_NO_READS = 1 << 5,  /* ACK (the bit only an ATOMIC uses otherwise): says nothing
+				  * of READs and atomics, which their own answers complete; the
+				  * wire read it before those answers were all in */
 };
 
 /* One segment of a message, or an answer. */

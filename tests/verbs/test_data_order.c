@@ -201,6 +201,88 @@ static void test_tiny_writes_with_a_bad_rkey_midway(void **state)
 	}
 }
 
+/*
+ * A send completes before the receive of a reply the peer sent after receiving it (on a
+ * wire the ACK goes ahead of the reply; programs that share one completion channel, such
+ * as perftest's -e, take the events in that order). A's sends and receives share one CQ,
+ * so the order is seen as pushed: A's SEND (after a READ every other round: an ACK read
+ * before the READ's answer must not complete the READ), then B's reply.
+ */
+static void test_send_completes_before_the_reply(void **state)
+{
+	struct pair *p = *state;
+	struct ibv_cq *cq_a = ibv_create_cq(p->res->ctx, 8, NULL, NULL, 0);
+	struct ibv_cq *cq_b = ibv_create_cq(p->res->ctx, 8, NULL, NULL, 0);
+	struct ibv_qp_init_attr attr = {
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	struct ibv_qp *a, *b;
+	struct tu_conn ca, cb;
+	uint64_t *buf = p->src_buf, *back = p->back_buf;
+
+	assert_non_null(cq_a);
+	assert_non_null(cq_b);
+	attr.send_cq = attr.recv_cq = cq_a;
+	a = ibv_create_qp(p->res->pd, &attr);
+	attr.send_cq = attr.recv_cq = cq_b;
+	b = ibv_create_qp(p->res->pd, &attr);
+	assert_non_null(a);
+	assert_non_null(b);
+	tu_conn_init(&ca, p->res, b->qp_num);
+	tu_conn_init(&cb, p->res, a->qp_num);
+	ca.access = cb.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+	ca.max_rd_atomic = ca.max_dest_rd_atomic = cb.max_rd_atomic = cb.max_dest_rd_atomic = 4;
+	assert_int_equal(tu_qp_connect(a, &ca, IBV_QPS_RTS), 0);
+	assert_int_equal(tu_qp_connect(b, &cb, IBV_QPS_RTS), 0);
+
+	for (int round = 0; round < ROUNDS; round++) {
+		struct ibv_sge s_a = { .addr = (uintptr_t)&buf[0], .length = 8, .lkey = p->src->lkey };
+		struct ibv_sge s_b = { .addr = (uintptr_t)&buf[1], .length = 8, .lkey = p->src->lkey };
+		struct ibv_sge r_a = { .addr = (uintptr_t)&buf[2], .length = 8, .lkey = p->src->lkey };
+		struct ibv_sge r_b = { .addr = (uintptr_t)&buf[3], .length = 8, .lkey = p->src->lkey };
+		struct ibv_sge s_rd = { .addr = (uintptr_t)back, .length = 64, .lkey = p->back->lkey };
+		struct ibv_recv_wr rwa = { .wr_id = 2, .sg_list = &r_a, .num_sge = 1 }, *rbad;
+		struct ibv_recv_wr rwb = { .wr_id = 3, .sg_list = &r_b, .num_sge = 1 };
+		struct ibv_send_wr send = { .wr_id = 1, .sg_list = &s_a, .num_sge = 1,
+					    .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+		struct ibv_send_wr read = {
+			.wr_id = 4, .next = &send, .sg_list = &s_rd, .num_sge = 1,
+			.opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED,
+			.wr.rdma = { .remote_addr = (uintptr_t)p->dst_buf, .rkey = p->dst->rkey },
+		};
+		struct ibv_send_wr reply = { .wr_id = 5, .sg_list = &s_b, .num_sge = 1,
+					     .opcode = IBV_WR_SEND };
+		struct ibv_send_wr *bad;
+		bool with_read = round & 1;
+		struct ibv_wc wc[3];
+		int want = with_read ? 3 : 2;
+
+		assert_int_equal(ibv_post_recv(a, &rwa, &rbad), 0);
+		assert_int_equal(ibv_post_recv(b, &rwb, &rbad), 0);
+		assert_int_equal(ibv_post_send(a, with_read ? &read : &send, &bad), 0);
+		/* B receives, then replies (unsignaled): its ACK of the SEND precedes the reply. */
+		assert_int_equal(tu_poll_exact(cq_b, 1, wc, 5000), 1);
+		assert_int_equal(wc[0].status, IBV_WC_SUCCESS);
+		assert_int_equal(wc[0].wr_id, 3);
+		assert_int_equal(ibv_post_send(b, &reply, &bad), 0);
+		assert_int_equal(tu_poll_exact(cq_a, want, wc, 5000), want);
+		for (int i = 0; i < want; i++)
+			assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+		if (with_read)
+			assert_int_equal(wc[0].wr_id, 4);
+		if (wc[want - 2].wr_id != 1 || wc[want - 1].wr_id != 2)
+			fail_msg("round %d: A's completions in the order wr_id %llu, %llu: the reply's "
+				 "receive (2) came before the send it answers (1)", round,
+				 (unsigned long long)wc[want - 2].wr_id,
+				 (unsigned long long)wc[want - 1].wr_id);
+	}
+	assert_int_equal(ibv_destroy_qp(a), 0);
+	assert_int_equal(ibv_destroy_qp(b), 0);
+	assert_int_equal(ibv_destroy_cq(cq_a), 0);
+	assert_int_equal(ibv_destroy_cq(cq_b), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -208,6 +290,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_tiny_writes_of_every_length, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tiny_writes_with_a_bad_rkey_midway, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_send_completes_before_the_reply, setup,
 						teardown),
 	};
 

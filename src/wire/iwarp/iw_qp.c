@@ -564,8 +564,7 @@ static void abandon(struct sv_qp *qp, uint32_t msn)
 /* WRITEs that wait to be known placed, and no Read out that will tell: ask. */
 static void probe(struct sv_qp *qp, struct iw_qp *iq)
 {
-	if (!iq->ord || atomic_load(&iq->probing) ||
-	    sv_msn_le(atomic_load(&iq->place_hi), atomic_load(&iq->confirmed)))
+	if (!iw_tx_probe_wanted(iq))
 		return;
 	sv_spin_lock(&qp->sq.lock);
 	iw_tx_probe(iq);
@@ -909,18 +908,7 @@ static int local_answers(struct sv_qp *qp, struct iw_qp *iq)
 		(void)sv_comp_deliver(qp, &nak, NULL);
 		n++;
 	}
-	upto = iw_tx_ackable(iq);
-	if (upto) {
-		/* RFC 5040 §5.1: a Send or Write is complete once the LLP has it. */
-		struct sv_hdr ack = { .op = SV_OP_ACK, .msn = upto,
-				      .src_qpn = qp->attr.dest_qp_num };
-
-		if (sv_comp_deliver(qp, &ack, NULL) == SV_RX_CONSUMED) {
-			iq->acked_told = upto;
-			n++;
-		}
-	}
-	return n;
+	return n + iw_rx_ack_sends(iq);
 }
 
 /*

@@ -688,6 +688,42 @@ static bool finish(struct iw_pl *pl, const struct iw_hdr *ih)
 /* One FPDU: 1 delivered, 0 nothing to do now (or held), -1 the connection went down.
  * *placing: whether this poll holds the place lock (sv_mr_place_begin), which is taken
  * before the first delivery: a poll that finds nothing takes no lock. */
+int iw_rx_ack_sends(struct iw_qp *iq)
+{
+	uint32_t upto = iw_tx_ackable(iq);
+	struct sv_hdr ack = { .op = SV_OP_ACK, .msn = upto, .src_qpn = iq->qp->attr.dest_qp_num };
+
+	if (!upto || sv_comp_deliver(iq->qp, &ack, NULL) != SV_RX_CONSUMED)
+		return 0;
+	iq->acked_told = upto;
+	return 1;
+}
+
+/*
+ * The peer's placement probe right behind a Send in the stage: its FPDU's length when
+ * whole and its CRC right, decoded into @ih, else 0. Its answer goes before the Send's
+ * receive completes (rx_one), so that a reply the application posts at once follows
+ * it on the wire: on a thread that polls while another runs this pass, the reply could
+ * otherwise overtake the answer, and the peer see its Send complete after our reply.
+ */
+static uint32_t probe_behind(struct iw_qp *iq, uint32_t off, struct iw_hdr *ih)
+{
+	struct iw_term term;
+	uint32_t avail = iq->st_len - off, need;
+	int hl = iw_hdr_decode(iq->stage + off, avail, iq->ext, ih, &term);
+
+	if (hl <= 0 || ih->opcode != IW_OP_READ_REQ || ih->read_size)
+		return 0;
+	need = (uint32_t)hl + ih->payload_len + iw_pad(ih->ulpdu_len) + IW_CRC_BYTES;
+	if (need > avail)
+		return 0;
+	if (iq->crc && iw_crc_get(iq->stage + off + need - IW_CRC_BYTES) !=
+			       iw_crc_final(iw_crc_update(iw_crc_init(), iq->stage + off,
+							  need - IW_CRC_BYTES)))
+		return 0; /* the general path refuses it */
+	return need;
+}
+
 static int rx_one(struct iw_qp *iq, bool *placing)
 {
 	struct sv_qp *qp = iq->qp;
@@ -780,6 +816,8 @@ static int rx_one(struct iw_qp *iq, bool *placing)
 
 		if (iq->crc && !checked)
 			pl.crc = iw_crc_update(iw_crc_init(), iq->stage + iq->st_off, (size_t)hl);
+		struct iw_hdr probe;
+		uint32_t probe_need;
 		bool defer_last;
 
 		if (request ? !request_hdr(iq, &ih, (uint32_t)hl, &h)
@@ -790,9 +828,18 @@ static int rx_one(struct iw_qp *iq, bool *placing)
 		 * comes after the CRC, as a segment of its own, empty (RFC 5044 §6). */
 		defer_last = iq->crc && (h.flags & SV_F_LAST) && iq->st_len - iq->st_off < need &&
 			     (h.op == SV_OP_SEND || h.op == SV_OP_READ_RESP);
+		/* A Send with the peer's probe behind it: placed, then the probe answered,
+		 * then the receive completed (probe_behind). */
+		probe_need = h.op == SV_OP_SEND && (h.flags & SV_F_LAST) && checked
+				     ? probe_behind(iq, iq->st_off + need, &probe)
+				     : 0;
+		defer_last |= probe_need > 0;
 		if (defer_last)
 			h.flags &= (uint8_t)~SV_F_LAST;
 		if (request) {
+			/* What the peer confirmed before this request completes first: the
+			 * answer to our probe came ahead of it, as an ACK would (iw_wire.h). */
+			(void)iw_rx_ack_sends(iq);
 			iq->rx_last_op = ih.opcode;
 			iq->rx_last_hdr_len = (uint32_t)hl < IW_TERM_MAX ? (uint32_t)hl
 									 : IW_TERM_MAX;
@@ -813,6 +860,8 @@ static int rx_one(struct iw_qp *iq, bool *placing)
 				iw_link_down(iq, "the connection failed");
 			return -1;
 		}
+		if (probe_need && probe_fast(iq, &probe, probe_need) < 0)
+			sv_dbg("iwarp qp %u: no room to answer a probe now", iq->qpn);
 		if (defer_last && atomic_load(&iq->link) == IW_LINK_UP) {
 			struct iw_pl none = { .p.copy = copy, .iq = iq };
 

@@ -55,6 +55,9 @@ void iw_tx_reset(struct iw_qp *iq)
 	atomic_store(&iq->place_hi, 0);
 	atomic_store(&iq->confirmed, 0);
 	atomic_store(&iq->probing, false);
+	atomic_store(&iq->send_hi, 0);
+	atomic_store(&iq->tx_pairing, 0);
+	atomic_store(&iq->probed, 0);
 	atomic_store(&iq->ord_waits, false);
 	atomic_store(&iq->sent_head, 0);
 	iq->tx_stage_head = iq->tx_stage_tail = 0;
@@ -396,6 +399,7 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 {
 	struct iw_hdr ih = { .last = (h->flags & SV_F_LAST) != 0 };
 	uint32_t n;
+	bool pair;
 	int err;
 
 	switch (h->op) {
@@ -410,12 +414,24 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		ih.qn = IW_QN_SEND;
 		ih.msn = iq->tx_msn[IW_QN_SEND];
 		ih.mo = (uint32_t)h->offset;
+		/* The last FPDU with its probe right behind it, both in one write: the peer
+		 * finds the probe with the Send and answers it before the receive completes
+		 * (iw_tx_probe_wanted, iw_rx.c probe_behind). */
+		pair = ih.last && iq->ord && iq->confirm;
+		if (pair)
+			atomic_fetch_add(&iq->tx_pairing, 1);
 		err = put_pub(iq, &ih, iov, n_iov, h->len, h->msn, IW_TXD_REQ, placed(iq, &ih),
 			      h->msn);
 		if (!err)
 			sent(iq, h, &ih);
-		if (!err && ih.last)
+		if (!err && ih.last) {
 			iq->tx_msn[IW_QN_SEND]++;
+			atomic_store_explicit(&iq->send_hi, h->msn, memory_order_relaxed);
+			if (pair)
+				iw_tx_probe(iq);
+		}
+		if (pair)
+			atomic_fetch_add(&iq->tx_pairing, 1);
 		return err;
 	case SV_OP_WRITE:
 		if ((h->flags & SV_F_LAST) && (h->flags & SV_F_IMM) && !iq->ext)
@@ -441,8 +457,10 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		/* The 4 bytes of a verbs immediate, first of the 8 (network order as given). */
 		memcpy(&ih.imm, &h->imm, sizeof(h->imm));
 		err = put_pub(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ, placed(iq, &ih), h->msn);
-		if (!err)
+		if (!err) {
 			iq->tx_msn[IW_QN_SEND]++;
+			atomic_store_explicit(&iq->send_hi, h->msn, memory_order_relaxed);
+		}
 		return err;
 	case SV_OP_READ_REQ: {
 		uint32_t head = atomic_load_explicit(&iq->rd_head, memory_order_relaxed);
@@ -461,6 +479,8 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		iq->rdq[head % IW_RDQ] = (struct iw_rd){ .msn = h->msn, .sink_stag = ih.sink_stag,
 							 .size = h->total,
 							 .confirms = atomic_load(&iq->place_hi) };
+		atomic_store_explicit(&iq->probed, iq->rdq[head % IW_RDQ].confirms,
+				      memory_order_relaxed);
 		/* Outstanding before it can go: its response may come before put returns. */
 		err = put_pub(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ, &iq->rd_head, head + 1);
 		if (err)
@@ -632,6 +652,11 @@ uint32_t iw_tx_ackable(struct iw_qp *iq)
 	uint32_t upto = atomic_load(&iq->tx_acked), m;
 	uint32_t confirmed = atomic_load_explicit(&iq->confirmed, memory_order_acquire);
 
+	/* What the peer says it placed, the socket took, though the write that sent it may
+	 * not have counted it yet (advance() runs after sendmsg returns; a quick peer's
+	 * answer, and its reply behind it, can come first). */
+	if (iq->ord && sv_msn_le(upto, confirmed))
+		upto = confirmed;
 	if (first_waiting(&iq->rd_head, &iq->rd_tail, iq->rdq, &m) && sv_msn_le(m, upto))
 		upto = m - 1;
 	if (first_waiting(&iq->at_head, &iq->at_tail, iq->atq, &m) && sv_msn_le(m, upto))
@@ -676,6 +701,21 @@ void iw_tx_probe_ahead(struct iw_qp *iq)
 		make_tpl(iq, &ih, &iq->probe_tpl);
 }
 
+bool iw_tx_probe_wanted(struct iw_qp *iq)
+{
+	uint32_t hi = atomic_load(&iq->place_hi);
+
+	if (!iq->ord || sv_msn_le(hi, atomic_load(&iq->confirmed)))
+		return false;
+	/* One probe out asks for all that went before it; Writes after it wait for its
+	 * answer. A Send does not: the peer may answer it with a Send of its own, and the
+	 * answer to a probe right behind ours then comes ahead of that reply, as an ACK
+	 * would (the application sees our Send complete first: iw_rx_ack_sends). */
+	return !atomic_load(&iq->probing) ||
+	       !sv_msn_le(atomic_load_explicit(&iq->send_hi, memory_order_relaxed),
+			  atomic_load_explicit(&iq->probed, memory_order_relaxed));
+}
+
 void iw_tx_probe(struct iw_qp *iq)
 {
 	uint32_t head = atomic_load_explicit(&iq->rd_head, memory_order_relaxed), out;
@@ -683,8 +723,7 @@ void iw_tx_probe(struct iw_qp *iq)
 	struct iw_hdr ih = { .opcode = IW_OP_READ_REQ, .last = true, .qn = IW_QN_READ_REQ,
 			     .sink_stag = SINK_STAG, .src_stag = 0 };
 
-	if (!iq->ord || sv_msn_le(atomic_load(&iq->place_hi), atomic_load(&iq->confirmed)) ||
-	    atomic_load(&iq->probing) || atomic_load(&iq->link) != IW_LINK_UP ||
+	if (!iw_tx_probe_wanted(iq) || atomic_load(&iq->link) != IW_LINK_UP ||
 	    atomic_load(&iq->term_sent))
 		return;
 	/* Our Read counts against the peer's IRD like the application's (RFC 6581). */
@@ -695,6 +734,7 @@ void iw_tx_probe(struct iw_qp *iq)
 	ih.msn = iq->tx_msn[IW_QN_READ_REQ];
 	iq->rdq[head % IW_RDQ] = (struct iw_rd){ .msn = 0, .sink_stag = SINK_STAG, .size = 0,
 						 .confirms = atomic_load(&iq->place_hi) };
+	atomic_store_explicit(&iq->probed, iq->rdq[head % IW_RDQ].confirms, memory_order_relaxed);
 	atomic_store(&iq->probing, true);
 	/* Made ahead after the last flush (iw_tx_probe_ahead), unless a Read of the
 	 * application's took that MSN since. */
@@ -880,7 +920,7 @@ int iw_tx_flush(struct iw_qp *iq)
 	for (;;) {
 		struct iovec v[FLUSH_IOVS];
 		struct msghdr msg = { .msg_iov = v };
-		uint32_t tail, head;
+		uint32_t tail, head, pairing;
 		size_t bytes;
 		ssize_t n;
 		int fd;
@@ -894,7 +934,16 @@ int iw_tx_flush(struct iw_qp *iq)
 			return total;
 		}
 		tail = atomic_load_explicit(&iq->tx_tail, memory_order_relaxed);
+		pairing = atomic_load(&iq->tx_pairing);
 		head = atomic_load_explicit(&iq->tx_head, memory_order_acquire);
+		if ((pairing & 1) || atomic_load(&iq->tx_pairing) != pairing) {
+			/* A Send may be queued without its probe yet: its poster writes both,
+			 * once both are (its flush follows), unless it is done already. */
+			atomic_flag_clear_explicit(&iq->tx_io, memory_order_release);
+			if (atomic_load(&iq->tx_pairing) & 1)
+				return total;
+			continue;
+		}
 		if (tail == head) {
 			atomic_flag_clear_explicit(&iq->tx_io, memory_order_release);
 			/* Queued after we looked, while we held the writer's role? */

@@ -172,6 +172,11 @@ struct iw_qp {
 	_Atomic uint32_t confirmed;   /* Sends and Writes up to this msn are placed at the
 				       * peer (a Read Response after them came back) */
 	_Atomic bool probing;         /* our zero-length Read that confirms them is out */
+	_Atomic uint32_t send_hi;     /* msn of the last Send queued (sq.lock) */
+	_Atomic uint32_t tx_pairing;  /* odd while a Send and its probe are queued
+				       * (sq.lock): no writer sends the Send alone */
+	_Atomic uint32_t probed;      /* place_hi when our last Read was queued: what its
+				       * answer will confirm (sq.lock) */
 	struct iw_tpl probe_tpl;      /* the next such Read, sealed after a flush (sq.lock) */
 	struct iw_tpl answer_tpl;     /* the answer to the peer's (rx_busy) ... */
 	uint32_t answer_stag;         /* ... to this sink */
@@ -273,6 +278,9 @@ uint32_t iw_tx_written(struct iw_qp *iq);
 /* sq.lock: WRITEs wait to be known placed and no Read is out that will tell: queues a
  * zero-length Read Request (answered after them, RFC 5040 §5.5) within the ORD. */
 void iw_tx_probe(struct iw_qp *iq);
+/* Whether iw_tx_probe would ask (Sends or Writes wait to be known placed, and no probe
+ * out asks for them already). */
+bool iw_tx_probe_wanted(struct iw_qp *iq);
 /* Queues a zero-length RDMA Write (STag 0, offset 0): nothing placed, nothing completed
  * at either end (iw_qp.c's nudge). sq.lock held. 0 or -EAGAIN (no room). */
 int iw_tx_nudge(struct iw_qp *iq);
@@ -293,6 +301,11 @@ int iw_rx_reply(struct iw_qp *iq, struct iw_params *got);
 /* rx_busy: moves what arrived into the core (budget FPDUs), holding the place lock
  * (sv_mr_place_begin) from its first delivery on. Returns how many. */
 int iw_rx_poll(struct iw_qp *iq, int budget);
+/* rx_busy: completes the sends iw_tx_ackable says are complete (1 if it did). Run before
+ * each request of the peer's is delivered, so that a send completes before the receive
+ * of a reply the peer sent after it confirmed the send, as where an ACK goes ahead of
+ * the reply on the wire. */
+int iw_rx_ack_sends(struct iw_qp *iq);
 
 /* iw_qp.c: a QP of another wire may move to iWARP (at RTR): peers on other hosts can be
  * handed over to its number from now on. */

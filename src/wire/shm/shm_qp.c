@@ -253,6 +253,7 @@ void shm_qp_discard(struct sv_qp *qp)
 	s->burst_next = 0;
 	atomic_store(&s->page->acked, 0);
 	atomic_store(&s->acked_seen, 0);
+	s->acked_sends = 0;
 	atomic_store(&s->sent_reads, false);
 }
 

@@ -229,6 +229,34 @@ static enum sv_rx rx_writes(struct sv_qp *qp, const struct shm_msg *m, const str
 	return SV_RX_CONSUMED;
 }
 
+static int rx_acked(struct sv_qp *qp, uint64_t acked);
+
+/*
+ * Before a request of the peer's is handled: the sends of ours its acknowledgement covers
+ * complete first, as on a wire where the ACK goes ahead of what the peer sends next (the
+ * peer stores the word before its receive completes, so before it could answer: read
+ * after the request, the word covers what the request answers). READs and atomics wait
+ * for their answers, which may still be behind in the fifo (rx_acked). Under rx_busy.
+ */
+static enum sv_rx rx_acked_first(struct sv_qp *qp)
+{
+	struct shm_qp *s = shm_qp(qp);
+	uint64_t acked = atomic_load_explicit(&s->page->acked, memory_order_acquire);
+	struct sv_hdr h;
+
+	if (acked == atomic_load_explicit(&s->acked_seen, memory_order_relaxed) ||
+	    acked == s->acked_sends)
+		return SV_RX_CONSUMED;
+	if (!atomic_load_explicit(&s->sent_reads, memory_order_relaxed))
+		return rx_acked(qp, acked) < 0 ? SV_RX_HOLD : SV_RX_CONSUMED;
+	h = (struct sv_hdr){ .op = SV_OP_ACK, .flags = SV_F_NO_READS,
+			     .src_qpn = (uint32_t)(acked >> 32), .msn = (uint32_t)acked };
+	if (sv_comp_deliver(qp, &h, NULL) == SV_RX_HOLD)
+		return SV_RX_HOLD;
+	s->acked_sends = acked;
+	return SV_RX_CONSUMED;
+}
+
 static enum sv_rx rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos)
 {
 	struct shm_qp *s = shm_qp(qp);
@@ -244,6 +272,8 @@ static enum sv_rx rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos
 		p.count = NULL; /* the requester counted what it asked for */
 		return sv_comp_deliver(qp, &h, &p.p);
 	}
+	if (rx_acked_first(qp) == SV_RX_HOLD)
+		return SV_RX_HOLD;
 	if (sv_qp_type_reliable(qp->ibv.qp_base.qp_type)) {
 		uint32_t ab = atomic_load_explicit(&s->page->rnr_abandon, memory_order_acquire);
 

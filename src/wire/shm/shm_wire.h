@@ -89,6 +89,7 @@ struct shm_qp {
 	 * with our fifo's tail: shm_rx.c, rx_acked) */
 	_Atomic uint64_t acked_seen;
 	atomic_bool sent_reads;
+	uint64_t acked_sends;     /* the word as delivered for sends only (rx_busy) */
 	/* a wake-up owed to a peer whose fifo we wrote under sq.lock (shm_qp_flush) */
 	struct shm_peer *_Atomic wake;
 	atomic_int waking;        /* flushes writing it now */
