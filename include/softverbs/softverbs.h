@@ -47,6 +47,8 @@ struct softverbs_qp_stats {
 	uint64_t rx_cma_bytes;  /* of it, pulled from the requester with process_vm_readv
 				 * (large SENDs) */
 	uint64_t rx_fifo_bytes; /* of it, placed from the fifos or read into them */
+	uint64_t rx_dropped;    /* UC and UD messages dropped: no receive was posted (on
+				 * one host, none for 100 ms) */
 };
 
 /*

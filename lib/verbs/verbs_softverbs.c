@@ -44,6 +44,7 @@ int softverbs_query_qp_stats(struct ibv_qp *qp, struct softverbs_qp_stats *stats
 	s.rx_bytes = rd64(&c->rx_bytes);
 	s.rx_cma_bytes = rd64(&c->rx_cma_bytes);
 	s.rx_fifo_bytes = rd64(&c->rx_fifo_bytes);
+	s.rx_dropped = rd64(&c->rx_dropped);
 	memcpy(stats, &s, stats_size);
 	return 0;
 }

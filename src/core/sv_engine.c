@@ -62,6 +62,18 @@ bool sv_engine_on_thread(void)
 }
 
 static _Atomic bool app_busy; /* progress_main's judgement, for sv_engine_app_busy */
+static _Atomic bool may_sleep; /* progress_main is about to sleep, or sleeps */
+static _Atomic bool kick_pending; /* a kick is on the eventfd, not read yet */
+static bool pass_blocked;      /* the last pass met a QP whose transmit waits for room */
+
+void sv_engine_blocked(void)
+{
+	/* tx_blocked was stored before (seq_cst), may_sleep is stored before the arming
+	 * pass reads it (sv_qp_needs_timer): the thread sleeps timed, or is woken. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load(&may_sleep) && !in_progress_thread)
+		sv_engine_kick();
+}
 
 bool sv_engine_app_busy(void)
 {
@@ -234,6 +246,10 @@ static void wake_drain(void *arg, uint32_t events)
 	(void)arg;
 	(void)events;
 	(void)!read(eng.wake_fd, &v, sizeof(v));
+	/* After the read (cleared first, a kick between the two would leave the flag set
+	 * and the eventfd empty: every later kick skipped), before the pass that follows:
+	 * what a kicker stored before it found the flag set is seen there. */
+	atomic_store(&kick_pending, false);
 }
 
 /* Starts the engine of this process. Caller holds eng.lock. */
@@ -252,6 +268,7 @@ static int engine_start(void)
 	eng.n_qps = 0;
 	eng.epfd = epoll_create1(EPOLL_CLOEXEC);
 	eng.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	atomic_store(&kick_pending, false); /* (a forked child's: its parent's flag) */
 	err = eng.epfd < 0 || eng.wake_fd < 0 ? -errno : 0;
 	if (!err)
 		err = add_watch(eng.wake_fd, EPOLLIN, wake_drain, NULL, NULL);
@@ -336,7 +353,9 @@ void sv_engine_kick(void)
 {
 	uint64_t one = 1;
 
-	if (eng.started)
+	/* One write until the thread reads it: the count stays on the eventfd, so a thread
+	 * awake meanwhile finds it when it next waits, and looks. */
+	if (eng.started && !atomic_exchange(&kick_pending, true))
 		(void)!write(eng.wake_fd, &one, sizeof(one));
 }
 
@@ -399,6 +418,7 @@ static int pass_all(enum pass what, bool *timed)
 	int total, start = 0, result = what == PASS_ARM || what == PASS_ARM_UNPOLLED ? 1 : 0;
 
 	*timed = false;
+	pass_blocked = false;
 	do {
 		int n = pin_some(qps, start, &total);
 
@@ -434,6 +454,8 @@ static int pass_all(enum pass what, bool *timed)
 			}
 			if (sv_qp_needs_timer(qp))
 				*timed = true;
+			if (atomic_load_explicit(&qp->tx_blocked, memory_order_relaxed))
+				pass_blocked = true;
 			atomic_fetch_sub(&qp->eng_ref, 1);
 		}
 		start += n;
@@ -456,6 +478,7 @@ enum { BUSY_POLLS = 64 }; /* polls per BUSY_WINDOW_NS that mean "the application
 #define BUSY_WINDOW_NS 1000000ull
 #define SOCKETS_NS 100000ull /* while busy, look at the watches this often */
 #define SPIN_NS 50000ull     /* how long after its last work the thread keeps looking */
+#define BLOCKED_NS 5000000ull /* ... while a transmit waits for a peer to make room */
 
 void sv_engine_serve(int timeout)
 {
@@ -513,14 +536,20 @@ static void *progress_main(void *arg)
 		/* Traffic the application does not poll for (one-sided, or it waits on a
 		 * channel) comes in bursts: look again for a moment before sleeping, yielding the
 		 * core to anyone who wants it. */
-		if (!busy && now - last_work < SPIN_NS) {
+		if (!busy && (now - last_work < SPIN_NS ||
+			      (pass_blocked && now - last_work < BLOCKED_NS))) {
+			/* A transmit that waits for room (a peer asleep on its channel while its
+			 * progress thread drains) goes on as soon as there is: no peer wakes us
+			 * for it. Past BLOCKED_NS without progress, the timer looks. */
 			sched_yield();
 			continue;
 		}
 		/* Busy: the QPs the application's polls move are left to it; those it does not
 		 * poll (another CQ, one-sided placement) still wake this thread. */
 		atomic_fetch_add_explicit(&sv_engine_look, 1, memory_order_relaxed);
+		atomic_store(&may_sleep, true);
 		if (!pass_all(busy ? PASS_ARM_UNPOLLED : PASS_ARM, &timed)) {
+			atomic_store(&may_sleep, false);
 			pass_all(PASS_DISARM, &timed);
 			/* A QP that will not arm must not keep the watches from being served
 			 * (connections handed to us, peers attaching). */
@@ -531,7 +560,10 @@ static void *progress_main(void *arg)
 			continue;
 		}
 		timeout = busy || timed ? 1 : -1;
+		if (timeout > 0)
+			atomic_store(&may_sleep, false); /* a blocked transmit waits 1 ms at most */
 		sv_engine_serve(timeout);
+		atomic_store(&may_sleep, false);
 		pass_all(PASS_DISARM, &timed);
 		last_sockets = sv_now_ns();
 	}

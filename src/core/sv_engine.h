@@ -70,6 +70,10 @@ void sv_engine_fork_hooks(const struct sv_fork_hooks *h);
 int sv_engine_wake_fd(void);
 /* Wakes our own progress thread (work it must look at: a blocked transmit). */
 void sv_engine_kick(void);
+/* A transmit off the progress thread was left waiting for room (tx_blocked set): wakes
+ * the thread if it may be asleep untimed, so that it retries while the application
+ * sleeps on its channel. */
+void sv_engine_blocked(void);
 /* True on the progress thread, which must keep serving its watches while it waits for
  * something of its own; sv_engine_serve(0) handles what is pending. */
 bool sv_engine_on_thread(void);

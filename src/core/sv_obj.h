@@ -206,6 +206,7 @@ struct sv_qp_counters {
 	_Atomic uint64_t rx_msgs, rx_bytes; /* requests this responder executed, their payload */
 	_Atomic uint64_t rx_cma_bytes;      /* pulled from a requester's memory by the wire */
 	_Atomic uint64_t rx_fifo_bytes;     /* placed from, or answered into, messages */
+	_Atomic uint64_t rx_dropped;        /* UC, UD: messages dropped, no receive posted */
 };
 
 static inline void sv_count(_Atomic uint64_t *c, uint64_t n)
@@ -289,6 +290,9 @@ struct sv_qp {
 	bool resp_valid;              /* resp: the last atomic's answer (for a duplicate) */
 	struct sv_hdr resp;
 	atomic_bool rnr_held;         /* the message at the head waits for a receive */
+	_Atomic uint64_t hold_until;  /* UC, UD: ns, when a message kept for want of a
+				       * receive is dropped (0: none kept) */
+	bool dropping;                /* UC, UD: one was, and no receive was posted since */
 	uint32_t rnr_told;            /* msn whose RNR NAK was sent */
 	bool rx_active;               /* a SEND in segments is being received into rx_recv */
 	struct sv_recv rx_recv;

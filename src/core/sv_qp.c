@@ -375,11 +375,13 @@ int sv_qp_progress(struct sv_qp *qp)
 		n += qp->wire->timers(qp);
 	if ((sv_hint(qp->tx_blocked) || sv_hint(qp->tx_kick) || sv_hint(qp->rnr_deadline) ||
 	     sv_hint(qp->connect_pending)) && sv_spin_trylock(&qp->sq.lock)) {
+		uint32_t sent = qp->sq_next;
 		bool connect;
 
 		n += sv_comp_timers(qp);
 		if (sv_hint(qp->tx_blocked) || sv_hint(qp->tx_kick))
 			sv_qp_tx_locked(qp);
+		n += qp->sq_next != sent; /* what waited went: work (the thread looks again) */
 		connect = sv_qp_tx_wants_connect(qp);
 		sv_spin_unlock(&qp->sq.lock);
 		sv_qp_tx_done(qp);
@@ -416,7 +418,7 @@ bool sv_qp_arm(struct sv_qp *qp, bool assist)
 
 bool sv_qp_needs_timer(struct sv_qp *qp)
 {
-	return sv_hint(qp->tx_blocked) || sv_hint(qp->rnr_deadline) ||
+	return sv_hint(qp->tx_blocked) || sv_hint(qp->rnr_deadline) || sv_hint(qp->hold_until) ||
 	       sv_hint(qp->connect_pending) || sv_hint(qp->tx_kick) ||
 	       (qp->wire->needs_timer && qp->wire->needs_timer(qp)) ||
 	       atomic_load_explicit(&qp->err_event, memory_order_relaxed) != SV_ERR_NONE;

@@ -231,7 +231,7 @@ static enum tx_result tx_message(struct sv_qp *qp, struct sv_send_wqe *w, struct
 		h.offset = qp->tx_off;
 		/* The solicited flag goes on every segment (one RDMAP opcode per message: Send
 		 * with Solicited Event), the immediate on the last. */
-		h.flags &= (uint8_t) ~(SV_F_FIRST | SV_F_LAST | SV_F_IMM);
+		h.flags &= (uint16_t) ~(SV_F_FIRST | SV_F_LAST | SV_F_IMM);
 		if (qp->tx_off == 0)
 			h.flags |= SV_F_FIRST;
 		if (qp->tx_off + n == total)
@@ -823,7 +823,7 @@ void sv_qp_tx_locked(struct sv_qp *qp)
 		if (r == TX_GONE)
 			return;
 		if (r == TX_BLOCKED) {
-			sv_set_hint(qp->tx_blocked, true);
+			atomic_store(&qp->tx_blocked, true); /* seq_cst: sv_engine_blocked */
 			break;
 		}
 		qp->sq_next++;

@@ -134,6 +134,35 @@ static void finish_recv(struct sv_qp *qp, const struct sv_recv *r, const struct 
 		sv_qp_fail(qp, SV_ERR_QUIET);
 }
 
+/*
+ * UC, UD: no receive for the message at the head. A wire that can keep it where it is
+ * (SV_F_KEEP) keeps it for up to HOLD_NS while none is posted, as a NIC's receive buffer
+ * does for a moment: a receiver that reposts late, asleep on its completion channel
+ * while the progress thread filled the receives it had, loses nothing (its senders wait
+ * for room meanwhile). After that, or from a wire that cannot keep it, the message is
+ * dropped (IBA 9.7.5.1.5, 10.9.3: unreliable service) and counted (rx_dropped), and so
+ * is every one after it until a receive is taken: a receiver that posts none does not
+ * hold up its senders.
+ */
+#define HOLD_NS 100000000ull
+static bool hold_unreliable(struct sv_qp *qp, const struct sv_hdr *h)
+{
+	uint64_t until = sv_hint(qp->hold_until), now;
+
+	if (!(h->flags & SV_F_KEEP) || qp->dropping)
+		return false;
+	now = sv_now_ns();
+	if (!until) {
+		sv_set_hint(qp->hold_until, now + HOLD_NS);
+	} else if (now >= until) {
+		sv_set_hint(qp->hold_until, 0);
+		qp->dropping = true;
+		return false;
+	}
+	sv_set_hint(qp->rnr_held, true);
+	return true;
+}
+
 /* SEND: one segment or several that fill one receive. */
 static enum sv_rx rx_send(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p)
 {
@@ -153,11 +182,16 @@ static enum sv_rx rx_send(struct sv_qp *qp, const struct sv_hdr *h, const struct
 		if (!take_recv(qp, &qp->rx_recv)) {
 			if (sv_qp_type_reliable(type))
 				return rnr(qp, h);
+			if (hold_unreliable(qp, h))
+				return SV_RX_HOLD;
 			sv_dbg("qp %u: a message from qp %u dropped: no receive posted",
 			       qp->ibv.qp_base.qp_num, h->src_qpn);
+			sv_count(&qp->cnt.rx_dropped, 1);
 			return SV_RX_CONSUMED; /* UC, UD: dropped */
 		}
 		sv_set_hint(qp->rnr_held, false);
+		sv_set_hint(qp->hold_until, 0);
+		qp->dropping = false;
 		qp->rx_active = true;
 	} else if (!qp->rx_active) {
 		return SV_RX_CONSUMED; /* a segment of a message we did not start */
@@ -267,8 +301,12 @@ static enum sv_rx rx_write(struct sv_qp *qp, const struct sv_hdr *h, const struc
 	if (h->len && !sv_resp_access(qp, h->rkey, h->raddr + h->offset, h->len,
 				      IBV_ACCESS_REMOTE_WRITE, true, &va))
 		return refuse(qp, h, IBV_WC_REM_ACCESS_ERR);
-	if (imm && !take_recv(qp, &r))
-		return sv_qp_type_reliable(qp->ibv.qp_base.qp_type) ? rnr(qp, h) : SV_RX_CONSUMED;
+	if (imm && !take_recv(qp, &r)) {
+		if (sv_qp_type_reliable(qp->ibv.qp_base.qp_type))
+			return rnr(qp, h);
+		sv_count(&qp->cnt.rx_dropped, 1); /* UC: the data placed, the immediate lost */
+		return SV_RX_CONSUMED;
+	}
 	sv_set_hint(qp->rnr_held, false);
 	if (h->len) {
 		struct iovec dst = { .iov_base = (void *)(uintptr_t)va, .iov_len = h->len };
@@ -557,6 +595,8 @@ void sv_resp_reset(struct sv_qp *qp)
 {
 	qp->ack_due = qp->ack_sent = 0;
 	sv_set_hint(qp->rnr_held, false);
+	sv_set_hint(qp->hold_until, 0);
+	qp->dropping = false;
 	qp->rnr_told = 0;
 	qp->rx_active = false;
 	qp->resp_off = 0;

@@ -55,15 +55,17 @@ enum sv_hdr_flags {
 				  * the immediate is left to deliver */
 	SV_F_ABANDONED = 1 << 7, /* the requester gave up on this request (RNR retries ran
 				  * out) before it was accepted: drop it, never execute it */
-	SV_F_NO_READS = 1 << 5,  /* ACK (the bit only an ATOMIC uses otherwise): says nothing
-				  * of READs and atomics, which their own answers complete; the
-				  * wire read it before those answers were all in */
+	SV_F_NO_READS = 1 << 8,  /* ACK: says nothing of READs and atomics, which their own
+				  * answers complete (the wire read it before those answers were
+				  * all in) */
+	SV_F_KEEP = 1 << 9,      /* UC, UD SEND: the wire can keep it where it is while no
+				  * receive is posted (sv_resp.c hold_unreliable) */
 };
 
 /* One segment of a message, or an answer. */
 struct sv_hdr {
 	uint8_t op;        /* enum sv_op */
-	uint8_t flags;     /* enum sv_hdr_flags */
+	uint16_t flags;    /* enum sv_hdr_flags */
 	uint32_t msn;      /* requests: this segment's sequence number (0: unacknowledged);
 			    * answers: the request's */
 	uint32_t src_qpn;  /* the sending QP */

@@ -29,6 +29,12 @@ PERFTEST=(ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw
           ib_atomic_lat ib_atomic_bw)
 for t in "${PERFTEST[@]}"; do CASES+=("$t" "${t}_R"); done
 CASES+=(ib_send_lat_UD ib_send_bw_UD) # UD datagrams: the UDP wire
+# Completion-event mode (-e: each side sleeps on its completion channel), every program
+# and connection type that takes it (perftest refuses -e for WRITE).
+for t in ib_send_lat ib_send_bw ib_read_lat ib_read_bw ib_atomic_lat ib_atomic_bw \
+         ib_send_lat_UC ib_send_bw_UC ib_send_lat_UD ib_send_bw_UD; do
+  CASES+=("${t}_e")
+done
 # UCX's ucx_perftest on softverbs0:1: rc_verbs (iWARP) wired up over ud_verbs (UDP), and
 # ud_verbs alone.
 # ucp_put_bw changes its buffer while its WRITEs are out: with CRC32c on, the CRC must
@@ -272,27 +278,30 @@ case_walkthrough() {
 }
 
 # perftest NAME: NAME is a perftest program, or one with _R (connected through rdma_cm,
-# -R); exactly one result row of its size and iteration count, no error printed, and
-# its traffic across the veth pair: one packet per message each way (latency), or the
-# payload's bytes (bandwidth).
+# -R), _UD or _UC (that connection type), then _e (completion events, -e); exactly one
+# result row of its size and iteration count, no error printed, and its traffic across
+# the veth pair: one packet per message each way (latency), or the payload's bytes
+# (bandwidth).
 perftest_case() {
-  local name=$1 prog=${1%_R} size iters p=18600 side srv cli ud=()
-  if [ "${name%_UD}" != "$name" ]; then
-    prog=${name%_UD}
-    ud=(-c UD)
-  fi
+  local name=$1 prog=${1%_e} size iters p=18600 side srv cli ud=() ev=()
+  [ "$prog" != "$name" ] && ev=(-e)
+  prog=${prog%_R}
+  case $prog in
+  *_UD) prog=${prog%_UD}; ud=(-c UD) ;;
+  *_UC) prog=${prog%_UC}; ud=(-c UC) ;;
+  esac
   case $prog in
   *_lat) iters=1000 ;;
   *_bw) iters=5000 ;;
   esac
   case $prog in
   ib_atomic_*) size=8 ;;
-  *_bw) [ ${#ud[@]} -gt 0 ] && size=4096 || size=65536 ;; # UD: one packet of the MTU
+  *_bw) [ "${ud[*]}" = "-c UD" ] && size=4096 || size=65536 ;; # UD: one packet of the MTU
   *_lat) size=2 ;;
   *) size=65536 ;;
   esac
-  local args=(-d softverbs0 -p "$p" -s "$size" -n "$iters" "${ud[@]}")
-  if [ "$name" = "${prog}_R" ]; then
+  local args=(-d softverbs0 -p "$p" -s "$size" -n "$iters" "${ud[@]}" "${ev[@]}")
+  if [ "${name%_e}" = "${prog}_R" ]; then
     srv=("$prog" -R "${args[@]}")
     cli=("$prog" -R "${args[@]}" 10.77.0.1)
   else

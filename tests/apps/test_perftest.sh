@@ -50,4 +50,19 @@ for t in "ib_send_lat 2" "ib_send_bw 65536" "ib_write_lat 2" "ib_write_bw 65536"
   read -r t size <<<"$t"
   perf "$t-xrc" "$size" 1000 "$t" -c XRC -x 0
 done
+# Completion-event mode (-e: each side sleeps on its completion channel; perftest refuses
+# it for WRITE), every connection type. perftest 4.5 takes both CQs' events from one
+# channel and polls once per event, the reply's CQ after the send's: a send that
+# completed after the reply's receive, or a datagram dropped while the server slept,
+# showed as an error or a run that never ends.
+for t in "ib_send_lat 2" "ib_send_bw 65536" "ib_read_lat 2" "ib_read_bw 65536" \
+         "ib_atomic_lat 8" "ib_atomic_bw 8" "ib_send_lat 2 UC" "ib_send_bw 65536 UC" \
+         "ib_send_lat 2 UD" "ib_send_bw 4096 UD" "ib_send_lat 2 XRC" "ib_send_bw 65536 XRC"; do
+  read -r t size type <<<"$t"
+  if [ -n "$type" ]; then
+    perf "$t-$type-events" "$size" $N "$t" -e -c "$type"
+  else
+    perf "$t-events" "$size" $N "$t" -e
+  fi
+done
 finish

@@ -835,7 +835,7 @@ static int rx_one(struct iw_qp *iq, bool *placing)
 				     : 0;
 		defer_last |= probe_need > 0;
 		if (defer_last)
-			h.flags &= (uint8_t)~SV_F_LAST;
+			h.flags &= (uint16_t)~SV_F_LAST;
 		if (request) {
 			/* What the peer confirmed before this request completes first: the
 			 * answer to our probe came ahead of it, as an ACK would (iw_wire.h). */
@@ -865,7 +865,7 @@ static int rx_one(struct iw_qp *iq, bool *placing)
 		if (defer_last && atomic_load(&iq->link) == IW_LINK_UP) {
 			struct iw_pl none = { .p.copy = copy, .iq = iq };
 
-			h.flags = (uint8_t)((h.flags & ~SV_F_FIRST) | SV_F_LAST);
+			h.flags = (uint16_t)((h.flags & ~SV_F_FIRST) | SV_F_LAST);
 			h.offset += h.len;
 			h.len = 0;
 			if (request) {

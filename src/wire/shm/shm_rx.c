@@ -280,6 +280,8 @@ static enum sv_rx rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos
 		/* The requester gave up on this one after RNR retries: never accepted. */
 		if (ab && (int32_t)(ab - m->msn) <= 0 && h.op != SV_OP_TERMINATE)
 			h.flags |= SV_F_ABANDONED;
+	} else {
+		h.flags |= SV_F_KEEP; /* held, it stays at the fifo's head */
 	}
 	if (m->op == SHM_OP_WRITES)
 		return rx_writes(qp, m, &h, pos);
