@@ -691,9 +691,13 @@ static bool finish(struct iw_pl *pl, const struct iw_hdr *ih)
 int iw_rx_ack_sends(struct iw_qp *iq)
 {
 	uint32_t upto = iw_tx_ackable(iq);
-	struct sv_hdr ack = { .op = SV_OP_ACK, .msn = upto, .src_qpn = iq->qp->attr.dest_qp_num };
+	struct sv_hdr ack = { .op = SV_OP_ACK, .msn = upto };
 
-	if (!upto || sv_comp_deliver(iq->qp, &ack, NULL) != SV_RX_CONSUMED)
+	if (!upto)
+		return 0;
+	/* (Read only now: the QP's attributes are set before there is anything to ack.) */
+	ack.src_qpn = iq->qp->attr.dest_qp_num;
+	if (sv_comp_deliver(iq->qp, &ack, NULL) != SV_RX_CONSUMED)
 		return 0;
 	iq->acked_told = upto;
 	return 1;
