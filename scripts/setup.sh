@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 # the stacks the tests run on softverbs (UCX, libfabric, Open MPI, MPICH) and gnuplot for
 # bench/mpi.sh's plots.
 PACKAGES=(build-essential cmake pkg-config clang libclang-rt-14-dev libcmocka-dev
-          libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest libisal-dev
+          libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest qperf libisal-dev
           python3 python3-pyverbs iproute2 iputils-ping tshark
           ucx-utils libfabric-bin openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox)
 
