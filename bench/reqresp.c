@@ -213,6 +213,8 @@ static void wait_wc(struct ibv_cq *cq, struct ibv_comp_channel *ch, struct ibv_w
 		if (n < 0)
 			die("ibv_poll_cq");
 		if (n > 0) {
+			if (wc->status == IBV_WC_WR_FLUSH_ERR)
+				exit(0); /* the peer disconnected: between exchanges, the end */
 			if (wc->status != IBV_WC_SUCCESS) {
 				fprintf(stderr, "reqresp: completion %s (wr_id %llu)\n",
 					ibv_wc_status_str(wc->status), (unsigned long long)wc->wr_id);

@@ -1,4 +1,6 @@
 /* Completion channels, CQs (plain and extended) and their events. */
+#include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -198,10 +200,16 @@ static struct sv_cq *create_cq(struct ibv_context *context, int cqe, void *cq_co
 	sv_spin_init(&cq->qps_lock);
 	cq_ex_set_ops(&cq->ibv);
 	if (channel) {
-		cq->chan = to_svchan(channel);
-		pthread_mutex_lock(&cq->chan->lock);
+		struct sv_comp_channel *chan = to_svchan(channel);
+
+		cq->chan = chan;
+		pthread_mutex_lock(&chan->lock);
 		channel->refcnt++;
-		pthread_mutex_unlock(&cq->chan->lock);
+		if (chan->n_cqs >= 0 && chan->n_cqs < SV_CHAN_CQS)
+			chan->cqs[chan->n_cqs++] = cq;
+		else
+			chan->n_cqs = -1; /* too many to watch: the waiter sleeps on the fd alone */
+		pthread_mutex_unlock(&chan->lock);
 	}
 	return cq;
 
@@ -261,9 +269,14 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 	sv_wait_events_acked(&ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed,
 			     &cq->async_events_reported);
 	if (cq->chan) {
-		pthread_mutex_lock(&cq->chan->lock);
-		cq->chan->ibv.refcnt--;
-		pthread_mutex_unlock(&cq->chan->lock);
+		struct sv_comp_channel *chan = cq->chan;
+
+		pthread_mutex_lock(&chan->lock);
+		chan->ibv.refcnt--;
+		for (int i = 0; i < chan->n_cqs; i++)
+			if (chan->cqs[i] == cq)
+				chan->cqs[i] = chan->cqs[--chan->n_cqs];
+		pthread_mutex_unlock(&chan->lock);
 	}
 	atomic_fetch_sub(&to_svctx(ibcq->context)->n_cq, 1);
 	sv_cq_fini(cq);
@@ -314,6 +327,44 @@ int sv_verbs_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	return 0;
 }
 
+/*
+ * Before ibv_get_cq_event sleeps on the channel: where the QPs of its CQs have
+ * descriptors of their own (the iWARP wire's sockets), this thread waits on those too
+ * and moves the QPs itself when data comes, so that a message costs one wake-up (this
+ * thread's), not the progress thread's and then this one's. Returns once the channel
+ * has an event, or after one such move (the caller then reads the channel, asleep as
+ * before if the data brought no event: the progress thread took it, or it was not for
+ * a completion of this channel). False if there was nothing to wait on but the channel.
+ */
+enum { CHAN_WAIT_FDS = 16 };
+static bool chan_wait(struct sv_comp_channel *chan)
+{
+	struct sv_cq *cqs[SV_CHAN_CQS];
+	struct pollfd pfd[1 + CHAN_WAIT_FDS];
+	int fds[CHAN_WAIT_FDS], n_cqs, n = 0;
+
+	pthread_mutex_lock(&chan->lock);
+	n_cqs = chan->n_cqs > 0 ? chan->n_cqs : 0;
+	for (int i = 0; i < n_cqs; i++) {
+		cqs[i] = chan->cqs[i];
+		atomic_fetch_add(&cqs[i]->usecnt, 1); /* not destroyed meanwhile (EBUSY) */
+	}
+	pthread_mutex_unlock(&chan->lock);
+	for (int i = 0; i < n_cqs; i++)
+		sv_cq_wait_fds(cqs[i], fds, &n, CHAN_WAIT_FDS);
+	if (n) {
+		pfd[0] = (struct pollfd){ .fd = chan->ibv.fd, .events = POLLIN };
+		for (int i = 0; i < n; i++)
+			pfd[1 + i] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
+		if (poll(pfd, (nfds_t)(1 + n), -1) > 0 && !(pfd[0].revents & POLLIN))
+			for (int i = 0; i < n_cqs; i++)
+				sv_cq_progress(cqs[i]);
+	}
+	for (int i = 0; i < n_cqs; i++)
+		atomic_fetch_sub(&cqs[i]->usecnt, 1);
+	return n > 0;
+}
+
 int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
 {
 	struct sv_cq *svcq;
@@ -323,6 +374,9 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 		errno = EINVAL;
 		return -1;
 	}
+	/* A non-blocking channel (O_NONBLOCK, as event loops set it) is read as it is. */
+	if (!(fcntl(channel->fd, F_GETFL) & O_NONBLOCK))
+		(void)chan_wait(to_svchan(channel));
 	do {
 		if (read(channel->fd, &count, sizeof(count)) != sizeof(count))
 			return -1;

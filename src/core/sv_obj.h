@@ -103,10 +103,14 @@ struct sv_dm {
 	struct sv_share *share;
 };
 
+enum { SV_CHAN_CQS = 4 }; /* CQs a channel's waiter watches the QPs of (below) */
+
 struct sv_comp_channel {
 	struct ibv_comp_channel ibv; /* ibv.refcnt counts the CQs, under lock */
-	pthread_mutex_t lock;        /* guards the queue and ibv.refcnt */
+	pthread_mutex_t lock;        /* guards the queue, ibv.refcnt and cqs */
 	struct sv_cq *head, *tail;   /* CQs with undelivered events, in order */
+	struct sv_cq *cqs[SV_CHAN_CQS]; /* its CQs, if it has no more (else n_cqs is -1) */
+	int n_cqs;
 };
 
 struct sv_cqe {

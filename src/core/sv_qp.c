@@ -443,6 +443,21 @@ static void move_local_peer(struct sv_qp *qp)
 	atomic_fetch_sub_explicit(&peer->eng_ref, 1, memory_order_release);
 }
 
+void sv_cq_wait_fds(struct sv_cq *cq, int *fds, int *n, int max)
+{
+	sv_spin_lock(&cq->qps_lock);
+	for (int i = 0; i < cq->n_qps && *n < max; i++) {
+		struct sv_qp *qp = cq->qps[i];
+		int fd = qp->wire->wait_fd ? qp->wire->wait_fd(qp) : -1, k = 0;
+
+		while (k < *n && fds[k] != fd)
+			k++;
+		if (fd >= 0 && k == *n)
+			fds[(*n)++] = fd;
+	}
+	sv_spin_unlock(&cq->qps_lock);
+}
+
 void sv_cq_progress(struct sv_cq *cq)
 {
 	struct sv_qp *pinned[16];

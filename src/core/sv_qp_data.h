@@ -100,5 +100,8 @@ bool sv_qp_needs_timer(struct sv_qp *qp);
 
 /* poll_cq: moves the work of every QP that completes into @cq. */
 void sv_cq_progress(struct sv_cq *cq);
+/* Adds to @fds (holding *@n of @max) the descriptors the QPs of @cq wait on (their
+ * wires' wait_fd), each once. */
+void sv_cq_wait_fds(struct sv_cq *cq, int *fds, int *n, int max);
 
 #endif

@@ -236,6 +236,11 @@ struct sv_wire_ops {
 	/* Optional, the progress thread: the application polls this QP and moves it itself;
 	 * stop watching what its polls read until the next arm (sv_engine_park). */
 	void (*park)(struct sv_qp *qp);
+	/* Optional, any thread: a descriptor of the QP's own that turns readable when the
+	 * peer's data comes (a socket), for a thread about to sleep on a completion channel
+	 * to wait on as well (then moving the QP itself); -1 if none now. Only a number:
+	 * the wire may close it meanwhile (the waiter then wakes for its channel alone). */
+	int (*wait_fd)(struct sv_qp *qp);
 	/* Optional: work the wire does for its peers on the progress thread (copy assist).
 	 * Returns how much was done. */
 	int (*assist)(struct sv_qp *qp);

@@ -770,6 +770,81 @@ static void test_sleeper_wakes_when_the_answer_overtakes_the_write(void **state)
 	}
 }
 
+/* Lets the progress thread go after @arg ms unless told to stop first (release_stop). */
+static pthread_mutex_t release_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t release_cv = PTHREAD_COND_INITIALIZER;
+static bool release_stop, released;
+
+static void *releaser_main(void *arg)
+{
+	struct timespec end = deadline_in((int)(intptr_t)arg);
+
+	pthread_mutex_lock(&release_mu);
+	while (!release_stop &&
+	       pthread_cond_timedwait(&release_cv, &release_mu, &end) != ETIMEDOUT)
+		;
+	if (!release_stop) {
+		released = true;
+		hold_engine(false);
+	}
+	pthread_mutex_unlock(&release_mu);
+	return NULL;
+}
+
+/*
+ * A thread asleep in ibv_get_cq_event on the channel of an iWARP QP's CQ moves the QP
+ * itself when its data comes (the waiter watches the QP's socket too: one wake-up per
+ * message, not the progress thread's and then the application's). The progress thread
+ * is held before it sleeps, so it never reads the socket: the receive's event must come
+ * before a helper lets the thread go, 3 s on.
+ */
+static void test_channel_sleeper_moves_its_qp(void **state)
+{
+	struct tp_wr w = { .wr_id = 7, .opcode = IBV_WR_SEND, .nsge = 1, .sge = { { 0, 32 } } };
+	struct ibv_wc wc;
+	struct ibv_cq *cq;
+	struct tp_ep *ep;
+	pthread_t th;
+	void *ctx;
+
+	if (!tu_wire_iwarp())
+		skip(); /* shm QPs have no descriptor of their own */
+#if defined(__SANITIZE_THREAD__)
+	skip(); /* the library's system calls do not pass through the hooks here */
+#endif
+	ep = loop_pairs(state, 1, 4096);
+	/* The connection up, both ways. */
+	assert_int_equal(tp_ep_post_recv(ep, 1, 1, &(struct tp_sge){ 1024, 64 }, 1), 0);
+	assert_int_equal(tp_ep_post_send(ep, 0, &(struct tp_wr){ .wr_id = 1, .opcode = IBV_WR_SEND,
+				.send_flags = IBV_SEND_SIGNALED, .nsge = 1, .sge = { { 0, 32 } } },
+				1, NULL), 0);
+	tp_expect_wc(ep->scq, 1, IBV_WC_SUCCESS, TP_WAIT_MS, &wc);
+	tp_expect_wc(ep->rcq, 1, IBV_WC_SUCCESS, TP_WAIT_MS, &wc);
+
+	assert_int_equal(tp_ep_post_recv(ep, 1, 7, &(struct tp_sge){ 1024, 64 }, 1), 0);
+	assert_int_equal(ibv_req_notify_cq(ep->rcq, 0), 0);
+	hold_engine(true);
+	if (!engine_held()) {
+		hold_engine(false);
+		fail_msg("the progress thread did not go to sleep");
+	}
+	release_stop = released = false;
+	assert_int_equal(pthread_create(&th, NULL, releaser_main, (void *)(intptr_t)3000), 0);
+	assert_int_equal(tp_ep_post_send(ep, 0, &w, 1, NULL), 0);
+	assert_int_equal(ibv_get_cq_event(ep->ch, &cq, &ctx), 0);
+	pthread_mutex_lock(&release_mu);
+	release_stop = true;
+	pthread_cond_broadcast(&release_cv);
+	pthread_mutex_unlock(&release_mu);
+	pthread_join(th, NULL);
+	hold_engine(false);
+	ibv_ack_cq_events(cq, 1); /* (before a failure: the teardown waits for it) */
+	if (released)
+		fail_msg("the receive's event came only once the progress thread was let go");
+	assert_ptr_equal(cq, ep->rcq);
+	tp_expect_wc(ep->rcq, 7, IBV_WC_SUCCESS, TP_WAIT_MS, &wc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -779,6 +854,7 @@ int main(void)
 		T(test_post_while_another_thread_moves_the_qp_to_err),
 		T(test_channel_sleeper_wakes_for_every_message),
 		T(test_sleeper_wakes_when_the_answer_overtakes_the_write),
+		T(test_channel_sleeper_moves_its_qp),
 #undef T
 	};
 

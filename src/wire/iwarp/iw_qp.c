@@ -1064,6 +1064,13 @@ static void disarm(struct sv_qp *qp)
 	atomic_store(&iw_of(qp)->armed, false);
 }
 
+static int wait_fd(struct sv_qp *qp)
+{
+	struct iw_qp *iq = iw_of(qp);
+
+	return atomic_load(&iq->link) == IW_LINK_UP ? atomic_load(&iq->fd) : -1;
+}
+
 static void park(struct sv_qp *qp)
 {
 	uint64_t watch = iw_of(qp)->watch;
@@ -1154,6 +1161,7 @@ const struct sv_wire_ops sv_wire_iwarp = {
 	.arm = arm,
 	.disarm = disarm,
 	.park = park,
+	.wait_fd = wait_fd,
 	.needs_timer = needs_timer,
 	.timers = timers,
 	.bad_pkeys = bad_pkeys,
