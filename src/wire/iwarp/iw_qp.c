@@ -580,6 +580,8 @@ static void probe(struct sv_qp *qp, struct iw_qp *iq)
  * while it is (has_work). Rare: the answer is a round trip behind the write, so the
  * look finds nothing due and costs no system call.
  */
+static bool ackable(struct iw_qp *iq);
+
 static void ack_due(struct iw_qp *iq)
 {
 	if (!iq->confirm || !iq->ord || sv_engine_on_thread())
@@ -588,7 +590,10 @@ static void ack_due(struct iw_qp *iq)
 	 * confirmed before it loads tx_acked (answer_done, then local_answers): one of the
 	 * two sees the other's. */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (iw_tx_ackable(iq))
+	/* Under rx_busy (ackable): the Read queue's slots are reused as answers come, and a
+	 * look at them from here, behind the poll that moves its tail, read one being
+	 * written anew (TSan, now that a Send may probe while another probe is out). */
+	if (ackable(iq))
 		sv_engine_kick();
 }
 
