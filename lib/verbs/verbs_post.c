@@ -148,6 +148,22 @@ static int write_send_wqe(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	return 0;
 }
 
+/*
+ * After a post's transmit, sq.lock dropped: the system calls the wire put off, a first
+ * contact with a destination (@connect), an error found meanwhile. A transmit left
+ * waiting for room is the progress thread's to retry from here on: the application may
+ * sleep on its channel now (sv_engine_blocked).
+ */
+static void post_done(struct sv_qp *qp, bool connect)
+{
+	sv_qp_tx_done(qp);
+	if (connect)
+		sv_qp_tx_connect(qp);
+	if (atomic_load_explicit(&qp->tx_blocked, memory_order_relaxed))
+		sv_engine_blocked();
+	sv_qp_settle(qp);
+}
+
 int sv_verbs_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct sv_qp *qp = to_svqp(ibqp);
@@ -165,10 +181,7 @@ int sv_verbs_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_s
 		sv_qp_tx_locked(qp);
 	connect = sv_qp_tx_wants_connect(qp);
 	sv_spin_unlock(&qp->sq.lock);
-	sv_qp_tx_done(qp);
-	if (connect)
-		sv_qp_tx_connect(qp); /* first contact with a destination: no lock held */
-	sv_qp_settle(qp);
+	post_done(qp, connect);
 	if (err && bad)
 		*bad = wr;
 	return err;
@@ -324,10 +337,7 @@ static int wr_complete(struct ibv_qp_ex *qpx)
 		sv_qp_tx_locked(qp);
 	connect = sv_qp_tx_wants_connect(qp);
 	sv_spin_unlock(&qp->sq.lock);
-	sv_qp_tx_done(qp);
-	if (connect)
-		sv_qp_tx_connect(qp);
-	sv_qp_settle(qp);
+	post_done(qp, connect);
 	return err;
 }
 

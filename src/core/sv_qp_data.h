@@ -8,7 +8,6 @@
 
 #include <stdbool.h>
 
-#include "core/sv_engine.h"
 #include "core/sv_obj.h"
 
 /* Sets the QP up on @wire: its QPN (into ibv.qp_num) and the wire's state. */
@@ -39,8 +38,6 @@ static inline void sv_qp_tx_done(struct sv_qp *qp)
 {
 	if (qp->wire->flush)
 		qp->wire->flush(qp);
-	if (atomic_load_explicit(&qp->tx_blocked, memory_order_relaxed))
-		sv_engine_blocked(); /* the progress thread retries it */
 }
 
 /* Under sq.lock: whether a transmit waits for sv_qp_tx_connect. */
