@@ -685,9 +685,12 @@ static bool finish(struct iw_pl *pl, const struct iw_hdr *ih)
 	return true;
 }
 
-/* One FPDU: 1 delivered, 0 nothing to do now (or held), -1 the connection went down.
- * *placing: whether this poll holds the place lock (sv_mr_place_begin), which is taken
- * before the first delivery: a poll that finds nothing takes no lock. */
+/* The CRC the FPDU at @f (@need bytes, its own CRC last) should carry (RFC 5044 §6). */
+static uint32_t fpdu_crc(const uint8_t *f, uint32_t need)
+{
+	return iw_crc_final(iw_crc_update(iw_crc_init(), f, need - IW_CRC_BYTES));
+}
+
 int iw_rx_ack_sends(struct iw_qp *iq)
 {
 	uint32_t upto = iw_tx_ackable(iq);
@@ -718,16 +721,18 @@ static uint32_t probe_behind(struct iw_qp *iq, uint32_t off, struct iw_hdr *ih)
 
 	if (hl <= 0 || ih->opcode != IW_OP_READ_REQ || ih->read_size)
 		return 0;
-	need = (uint32_t)hl + ih->payload_len + iw_pad(ih->ulpdu_len) + IW_CRC_BYTES;
+	need = iw_fpdu_len(ih->ulpdu_len);
 	if (need > avail)
 		return 0;
 	if (iq->crc && iw_crc_get(iq->stage + off + need - IW_CRC_BYTES) !=
-			       iw_crc_final(iw_crc_update(iw_crc_init(), iq->stage + off,
-							  need - IW_CRC_BYTES)))
+			       fpdu_crc(iq->stage + off, need))
 		return 0; /* the general path refuses it */
 	return need;
 }
 
+/* One FPDU: 1 delivered, 0 nothing to do now (or held), -1 the connection went down.
+ * *placing: whether this poll holds the place lock (sv_mr_place_begin), which is taken
+ * before the first delivery: a poll that finds nothing takes no lock. */
 static int rx_one(struct iw_qp *iq, bool *placing)
 {
 	struct sv_qp *qp = iq->qp;
@@ -769,7 +774,7 @@ static int rx_one(struct iw_qp *iq, bool *placing)
 		violation(iq, term, IW_TERM_MAX);
 		return -1;
 	}
-	need = (uint32_t)hl + ih.payload_len + iw_pad(ih.ulpdu_len) + IW_CRC_BYTES;
+	need = iw_fpdu_len(ih.ulpdu_len); /* header and payload, pad, CRC */
 	if (!all_in(iq, need))
 		return 0;
 	/* RFC 5044 §6: an FPDU whose CRC is wrong reaches neither DDP nor the consumer. One
@@ -779,7 +784,7 @@ static int rx_one(struct iw_qp *iq, bool *placing)
 	checked = iq->crc && iq->st_len - iq->st_off >= need;
 	if (checked) {
 		const uint8_t *f = iq->stage + iq->st_off;
-		uint32_t want = iw_crc_final(iw_crc_update(iw_crc_init(), f, need - IW_CRC_BYTES));
+		uint32_t want = fpdu_crc(f, need);
 
 		if (iw_crc_get(f + need - IW_CRC_BYTES) != want) {
 			struct iw_term t = { IW_TERM_LLP, IW_ETYPE_MPA, IW_ECODE_MPA_CRC };
