@@ -65,8 +65,6 @@ pt_gid_args
 
 cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -o "$tmp/baselines" bench/baselines.c
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-
 wake=() lat=() udp=() ude=()
 for ((r = 1; r <= rounds; r++)); do
 	"$tmp/baselines" --only wakeup --reps 5 >"$tmp/wake.$r.log"

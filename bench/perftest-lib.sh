@@ -137,6 +137,10 @@ column() {
 	END { if (val == "") exit 1; print val }' "$1"
 }
 
+# median: the median of the numbers on stdin, one a line (the lower middle one of an
+# even count: always a measured value).
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
 # calc FORMAT EXPR: floating-point arithmetic (awk), printed with FORMAT.
 calc() {
 	awk "BEGIN { printf \"$1\", $2 }"

@@ -42,6 +42,7 @@ done
 cd "$(dirname "$0")/.."
 SV=$PWD/$build/bin/softverbs
 [ -x "$SV" ] || { echo "$SV is not built" >&2; exit 1; }
+. bench/perftest-lib.sh # median, calc
 TMPD=$(mktemp -d)
 cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -o "$TMPD/reqresp" bench/reqresp.c -lrdmacm -libverbs
 RR=$TMPD/reqresp
@@ -87,8 +88,6 @@ one() {
 	echo "$line" | awk '{ print $7 }'
 }
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-
 rdma=() tcp=()
 for ((r = 1; r <= rounds; r++)); do
 	if ((r % 2)); then
@@ -108,4 +107,4 @@ echo "  softverbs (rdma_cm, completion channels)  median round trip $mr µs"
 echo "    softverbs run reqresp server -p PORT / softverbs run reqresp client -p PORT -n $iters $addr"
 echo "  TCP (epoll)                               median round trip $mt µs"
 echo "    reqresp server --tcp -p PORT / reqresp client --tcp -p PORT -n $iters $addr"
-echo "  rdma / tcp: $(awk -v a="$mr" -v b="$mt" 'BEGIN { printf "%.2f", a / b }')"
+echo "  rdma / tcp: $(calc %.2f "$mr / $mt")"
