@@ -187,7 +187,7 @@ void sv_engine_unwatch_locked(uint64_t id)
  * first, and give the child fresh ones (it starts its own engine on first use: eng.pid
  * differs).
  */
-enum { MAX_FORK_HOOKS = 4 };
+enum { MAX_FORK_HOOKS = 8 };
 static struct sv_fork_hooks fork_hooks[MAX_FORK_HOOKS];
 static _Atomic int n_fork_hooks;
 

@@ -16,7 +16,8 @@ int sv_mr_table_init(struct sv_mr_table *t)
 	memset(t, 0, sizeof(*t));
 	/* Shareable, so that a wire's peers on the host can map the table read-only and
 	 * check keys themselves (one-sided operations); sealed: only we write it. */
-	t->slots = sv_shared_alloc("softverbs-mr", SV_MR_TABLE_BYTES, 1, &t->fd);
+	t->slots = sv_shared_alloc("softverbs-mr", SV_MR_TABLE_BYTES,
+				   SV_SHARED_SIZED | SV_SHARED_OURS, &t->fd);
 	if (!t->slots)
 		return -errno;
 	pthread_mutex_init(&t->lock, NULL);

@@ -17,6 +17,7 @@ struct qpn_block {
 	uint32_t block;
 	int fd;
 	uint32_t n_used;
+	uint32_t next; /* where the search for a free number starts: numbers go round */
 	uint64_t used[SV_QPN_BLOCK / 64];
 	void *owner[SV_QPN_BLOCK];
 };
@@ -79,8 +80,10 @@ static struct qpn_block *new_block(void)
 
 		if (fd == -EADDRINUSE)
 			continue;
-		if (fd < 0)
+		if (fd < 0) {
+			errno = -fd;
 			return NULL;
+		}
 		memset(&blocks[n_blocks], 0, sizeof(blocks[n_blocks]));
 		blocks[n_blocks].block = block;
 		blocks[n_blocks].fd = fd;
@@ -109,17 +112,26 @@ int sv_qpn_alloc(uint32_t *qpn, void *owner, int *new_listen_fd)
 		if (blocks[i].n_used < SV_QPN_BLOCK)
 			b = &blocks[i];
 	if (!b) {
+		errno = ENOMEM;
 		b = new_block();
 		if (b)
 			*new_listen_fd = b->fd;
+		else if (errno == EMFILE || errno == ENFILE)
+			ret = -errno; /* else ENOMEM: out of memory, or of blocks */
 	}
 	if (b) {
-		for (uint32_t i = 0; i < SV_QPN_BLOCK; i++) {
+		/* A number freed is taken again as late as the block allows, as a NIC's QPNs
+		 * go round: a peer that has not yet heard that its QP went away finds no new
+		 * QP under the old number (and the shm wire reuses its segment late). */
+		for (uint32_t k = 0; k < SV_QPN_BLOCK; k++) {
+			uint32_t i = (b->next + k) % SV_QPN_BLOCK;
+
 			if (b->used[i / 64] & (1ull << (i % 64)))
 				continue;
 			b->used[i / 64] |= 1ull << (i % 64);
 			b->owner[i] = owner;
 			b->n_used++;
+			b->next = (i + 1) % SV_QPN_BLOCK;
 			*qpn = (b->block << SV_QPN_BLOCK_BITS) | i;
 			ret = 0;
 			break;

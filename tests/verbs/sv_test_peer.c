@@ -782,11 +782,14 @@ static bool agent_has_qp(const struct tp_ep *ep, int qp, struct tp_rep *rep)
  * ACK is written to) and then the fifo: tail,
  * head, armed and size on cache lines of their own, then 2048 slots of 64 bytes, each a
  * sequence word and a message header whose first bytes are op, flags and a 16-bit slot
- * count.
+ * count. A process's segments lie in arenas, one per block of 256 QP numbers, each
+ * at its number's place: (qpn % 256) strides of the segment's size rounded up to pages.
  */
 enum {
 	SEG_MAGIC = 0x53565150, SEG_PAGE = 4096, PAGE_ACKED = 640, FIFO_HEAD = 64, FIFO_SIZE = 132,
 	FIFO_SLOTS = 192, SLOT = 64, N_SLOTS = 2048,
+	SEG_STRIDE = (SEG_PAGE + FIFO_SLOTS + N_SLOTS * SLOT + 4095) / 4096 * 4096,
+	ARENA_SEGS = 256,
 };
 
 static bool safe_read(void *dst, const void *src, size_t len)
@@ -808,10 +811,10 @@ static unsigned char *find_segment_of(uint32_t qpn, pid_t owner)
 		unsigned long lo, hi;
 		uint32_t w[3];
 
-		if (!strstr(line, "softverbs-qp") || sscanf(line, "%lx-%lx", &lo, &hi) != 2 ||
-		    hi - lo < SEG_PAGE + FIFO_SLOTS + (unsigned long)N_SLOTS * SLOT ||
-		    !strstr(line, "rw"))
+		if (!strstr(line, "softverbs-qps") || sscanf(line, "%lx-%lx", &lo, &hi) != 2 ||
+		    hi - lo < (unsigned long)ARENA_SEGS * SEG_STRIDE || !strstr(line, "rw"))
 			continue;
+		lo += (unsigned long)(qpn % ARENA_SEGS) * SEG_STRIDE;
 		/* The agent's progress thread may be unmapping a segment whose QP went away:
 		 * read with process_vm_readv, which fails where a plain read would fault. */
 		if (!safe_read(w, (void *)lo, sizeof(w)))

@@ -1,5 +1,6 @@
 #include "verbs/sv_test_util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -257,6 +258,20 @@ enum ibv_qp_state tu_query_state(struct ibv_qp *qp)
 }
 
 /* ---- waiting ------------------------------------------------------------------------ */
+
+int tu_fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n - 1; /* less the directory's own */
+}
 
 long long tu_now_ms(void)
 {

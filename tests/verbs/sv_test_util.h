@@ -99,6 +99,10 @@ enum ibv_qp_state tu_query_state(struct ibv_qp *qp);
 /* CLOCK_MONOTONIC in milliseconds. */
 long long tu_now_ms(void);
 
+/* The descriptors this process holds (/proc/self/fd), or -1 if it cannot tell (none
+ * left to look with). */
+int tu_fd_count(void);
+
 /* Polls @cq until @n completions arrived or @timeout_ms passed; returns the count. */
 int tu_poll(struct ibv_cq *cq, int n, struct ibv_wc *wc, int timeout_ms);
 /* tu_poll for exactly @n: if all came, one more poll must find the CQ empty (fails the

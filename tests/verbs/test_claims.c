@@ -758,15 +758,17 @@ static void test_sends_around_shm_inline_max_arrive(void **state)
 /* ---- attach answers -------------------------------------------------------------------- */
 
 /*
- * The attach protocol as src/core/sv_engine.c speaks it (its request and answer, over
- * a SOCK_SEQPACKET socket in the abstract namespace named by the QP number's block, the
- * answer carrying three descriptors: the QP's segment, its process's key table, its
- * wake-up eventfd). A rogue peer is anything that binds the name first.
+ * The attach protocol as src/wire/shm/shm_conn.c speaks it (its request and answer,
+ * over a SOCK_SEQPACKET socket in the abstract namespace named by the QP number's
+ * block, the answer carrying three descriptors: the arena holding the QP's segment, its
+ * process's key table, its wake-up eventfd). A rogue peer is anything that binds the
+ * name first.
  */
 struct rogue_req {
 	uint32_t magic;
 	uint32_t src_qpn, dst_qpn, qp_type;
 	int32_t src_pid;
+	uint32_t flags;
 };
 struct rogue_rep {
 	uint32_t magic;
@@ -775,6 +777,8 @@ struct rogue_rep {
 	uint32_t qpn;
 	uint64_t seg_len;
 	uint64_t seg_addr;
+	uint64_t map_len; /* of the first descriptor (the arena of the QP's segment) */
+	uint64_t seg_off; /* the segment's place in it */
 };
 #define ROGUE_MAGIC 0x53564154u
 #define ROGUE_BLOCK_BITS 8
@@ -807,12 +811,14 @@ struct rogue {
 	char err[128];
 };
 
+/* Sealed against shrinking and growing, as a real peer's (an unsealed one is refused). */
 static int memfd_of(size_t len)
 {
-	int fd = memfd_create("rogue", MFD_CLOEXEC);
+	int fd = memfd_create("rogue", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
 	assert_true(fd >= 0);
 	assert_int_equal(ftruncate(fd, (off_t)len), 0);
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
 	return fd;
 }
 
@@ -864,8 +870,9 @@ static void *rogue_main(void *arg)
 	}
 	rep.qpn = q.dst_qpn;
 	rep.seg_len = SHM_QP_SEG_SIZE;
-	fds[0] = r->seg_fd = memfd_of(r->how == FORGE_SHORT_SEG ? SHM_QP_SEG_SIZE - 4096
-							       : SHM_QP_SEG_SIZE);
+	rep.map_len = SHM_SEG_STRIDE;
+	fds[0] = r->seg_fd = memfd_of(r->how == FORGE_SHORT_SEG ? SHM_SEG_STRIDE - 4096
+							       : SHM_SEG_STRIDE);
 	/* The page of an RC QP in RTS connected to the requester, in our partition, its
 	 * fifo empty (all zero): a peer a SEND is written to. */
 	{

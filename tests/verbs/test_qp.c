@@ -606,10 +606,10 @@ static int lowest_free_fd(void)
 }
 
 /*
- * softverbs takes QP numbers in blocks of 256, each claimed by binding a socket; a QP
- * also holds one descriptor of its own (its shared segment). With one descriptor left,
- * a create succeeds while the claimed blocks have room, and once they are full it fails
- * for want of a new block: ENOMEM. That failed create must free no QP number (it took
+ * softverbs takes QP numbers in blocks of 256, each claimed by binding a socket, with
+ * the block's QP segments in one shared file; a QP holds no descriptor of its own. With
+ * one descriptor left, a create succeeds while the claimed blocks have room, and once
+ * they are full it fails for want of a new block: EMFILE. That failed create must free no QP number (it took
  * none: the number it would free was never set), so the QPs before it and the one
  * after, with descriptors back, all have numbers of their own.
  */
@@ -658,9 +658,9 @@ static void test_create_without_a_qpn_frees_no_number(void **state)
 	if (n == 0 || n == MAX)
 		fail_msg("%d creates with one descriptor to spare succeeded: want some to, and "
 			 "one to fail once the claimed QPN blocks are full", n);
-	if (failed_errno != ENOMEM)
+	if (failed_errno != EMFILE)
 		fail_msg("create %d, with no descriptor for a new QPN block: errno %d, want "
-			 "ENOMEM", n, failed_errno);
+			 "EMFILE", n, failed_errno);
 	if (after_errno)
 		fail_msg("create after the failed one, descriptors back: errno %d", after_errno);
 	if (dup_i >= 0)

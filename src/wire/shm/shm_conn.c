@@ -1,21 +1,30 @@
 /*
  * The shm wire's connections: a QP attaches to QP @qpn of this host over the abstract
- * socket of the QPN's block (sv_qpn.h), whose owner answers with the QP's segment, its
- * context's key table and its engine's eventfd (SCM_RIGHTS). The attach connection
- * stays open: a hang-up without a goodbye means the peer process died. Every socket is
- * watched by the progress engine (sv_engine_watch_locked), and the QPN owners are kept
- * under the engine's lock, which keeps a QP alive while an attach is answered.
+ * socket of the QPN's block (sv_qpn.h), whose owner answers with the arena holding the
+ * QP's segment, its context's key table and its engine's eventfd (SCM_RIGHTS). The
+ * requester maps what it has not mapped yet (shm_proc.c) and closes the descriptors.
+ *
+ * One connection per pair of processes stays open, the keeper: its hang-up without a
+ * goodbye means the other process died, and every QP of ours connected to one of its
+ * QPs fails. The first attach between two processes asks that its connection be kept
+ * (ATTACH_KEEP); later ones are closed once answered. A QP that leaves its peer says so
+ * over the keeper (a QP goodbye). Every socket is watched by the progress engine
+ * (sv_engine_watch_locked), and the QPN owners are kept under the engine's lock, which
+ * keeps a QP alive while an attach is answered.
  */
 #include "wire/shm/shm_wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -26,30 +35,38 @@
 #include "core/sv_obj.h"
 #include "core/sv_qp_data.h"
 #include "core/sv_qp_table.h"
-#include "wire/sv_qpn.h"
 #include "util/sv_log.h"
+#include "util/sv_shared.h"
 #include "util/sv_time.h"
 
-enum link_kind { LINK_LISTEN, LINK_ACCEPTED, LINK_CONNECTED };
+enum link_kind {
+	LINK_LISTEN,   /* a block's socket */
+	LINK_ACCEPTED, /* a connection a process opened to us, until its request is answered */
+	LINK_KEEPER,   /* the connection of a process pair that stays */
+};
 
 /* A socket of the wire, watched by the engine. */
 struct link {
 	enum link_kind kind;
 	int fd;
-	uint32_t our_qpn, peer_qpn; /* once known */
-	bool bye;                   /* the peer said goodbye before hanging up */
-	pid_t pid;                  /* ACCEPTED: the process that connected (SO_PEERCRED) */
-	uint64_t id;                /* the engine's watch */
+	bool bye;               /* the other process said goodbye before hanging up */
+	pid_t pid;              /* the process at the other end, as the kernel says */
+	struct shm_proc *proc;  /* KEEPER: that process (a reference) */
+	uint64_t id;            /* the engine's watch */
 	struct link *next;
 };
 
 #define ATTACH_MAGIC 0x53564154u /* "SVAT" */
-#define BYE_MAGIC 0x53564259u    /* "SVBY" */
+#define BYE_MAGIC 0x53564259u    /* "SVBY": the hang-up that follows is not a death */
+#define QP_BYE_MAGIC 0x53565142u /* "SVQB": a QP of the sender left one of ours */
+
+enum { ATTACH_KEEP = 1 }; /* this connection stays: the requester's keeper */
 
 struct attach_req {
 	uint32_t magic;
 	uint32_t src_qpn, dst_qpn, qp_type;
 	int32_t src_pid;
+	uint32_t flags; /* ATTACH_* */
 };
 
 struct attach_rep {
@@ -57,8 +74,16 @@ struct attach_rep {
 	int32_t status; /* 0 or a negative errno */
 	int32_t pid;
 	uint32_t qpn;
-	uint64_t seg_len;
+	uint64_t seg_len;  /* SHM_QP_SEG_SIZE */
 	uint64_t seg_addr; /* where the segment sits in the answering process */
+	uint64_t map_len;  /* the bytes of the arena (first descriptor) to map */
+	uint64_t seg_off;  /* where the segment sits in the arena */
+};
+
+struct qp_bye {
+	uint32_t magic;
+	uint32_t src_qpn; /* the sender's QP, which left */
+	uint32_t dst_qpn; /* ours, whose peer it was */
 };
 
 static struct link *links; /* under the engine's lock */
@@ -83,6 +108,7 @@ static int watch(struct link *l)
 
 	if (err) {
 		close(l->fd);
+		shm_proc_put(l->proc);
 		free(l);
 		return err;
 	}
@@ -102,7 +128,31 @@ static void drop_link(struct link *l)
 	}
 	sv_engine_unwatch_locked(l->id);
 	close(l->fd);
+	shm_proc_put(l->proc);
 	free(l);
+}
+
+/* A connection that tells us when @p dies, or NULL. Engine lock held. */
+static struct link *keeper_of(const struct shm_proc *p)
+{
+	for (struct link *l = links; l; l = l->next)
+		if (l->kind == LINK_KEEPER && l->proc == p)
+			return l;
+	return NULL;
+}
+
+/* A warning that names the limit the process ran into. */
+__attribute__((format(printf, 1, 2))) static void no_descriptor(const char *fmt, ...)
+{
+	struct rlimit rl = { 0 };
+	char what[160];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	getrlimit(RLIMIT_NOFILE, &rl);
+	sv_warn("%s (RLIMIT_NOFILE %llu: ulimit -n)", what, (unsigned long long)rl.rlim_cur);
 }
 
 int shm_conn_listen_locked(int listen_fd)
@@ -116,23 +166,64 @@ int shm_conn_listen_locked(int listen_fd)
 	return watch(l);
 }
 
+/* fork(): the links are under the engine's lock, which the engine takes around it. */
+static void links_atfork_prepare(void)
+{
+}
+
+static void links_atfork_parent(void)
+{
+}
+
+/* The child shares the parent's connections: it must not speak on them (a goodbye in
+ * the parent's name) nor hold them. The blocks' sockets are sv_qpn's to close. */
+static void links_atfork_child(void)
+{
+	for (struct link *l = links, *next; l; l = next) {
+		next = l->next;
+		if (l->kind != LINK_LISTEN)
+			close(l->fd);
+		free(l);
+	}
+	links = NULL;
+}
+
 int shm_conn_qp_add(struct sv_qp *qp, uint32_t *qpn)
 {
 	static const struct sv_fork_hooks qpn_lock = {
 		sv_qpn_atfork_prepare, sv_qpn_atfork_parent, sv_qpn_atfork_child,
 	};
-	int listen_fd, err;
+	static const struct sv_fork_hooks links_hooks = {
+		links_atfork_prepare, links_atfork_parent, links_atfork_child,
+	};
+	struct shm_qp *s = shm_qp(qp);
+	int listen_fd, err = 0;
+	bool fresh = !*qpn;
 
-	if (*qpn)
-		return 0; /* a number another wire of the QP holds already (shm_qp_qp_take) */
 	sv_engine_fork_hooks(&qpn_lock); /* the QPN registry's lock is taken under ours */
+	sv_engine_fork_hooks(&links_hooks);
 	sv_engine_lock();
-	err = sv_qpn_alloc(qpn, qp, &listen_fd);
-	if (!err && listen_fd >= 0)
-		err = shm_conn_listen_locked(listen_fd);
-	if (err && *qpn) {
-		sv_qpn_free(*qpn);
-		*qpn = 0;
+	/* (*qpn: a number another wire of the QP holds already, shm_qp_qp_take) */
+	if (fresh) {
+		err = sv_qpn_alloc(qpn, qp, &listen_fd);
+		if (!err && listen_fd >= 0)
+			err = shm_conn_listen_locked(listen_fd);
+	}
+	if (!err)
+		err = shm_arena_seg(*qpn, &s->seg);
+	if (err == -EMFILE || err == -ENFILE)
+		no_descriptor("qp: no descriptor for a new block of %u QPs (each takes 2)",
+			      SV_QPN_BLOCK);
+	if (err) {
+		if (fresh && *qpn)
+			sv_qpn_free(*qpn);
+		if (fresh)
+			*qpn = 0;
+		s->seg = NULL;
+	} else {
+		/* Answers wait for the page's qpn, stored last (attach_answer). */
+		s->page = s->seg;
+		s->rx = (struct shm_fifo *)((char *)s->seg + SHM_QP_PAGE_SIZE);
 	}
 	sv_engine_unlock();
 	return err;
@@ -140,28 +231,25 @@ int shm_conn_qp_add(struct sv_qp *qp, uint32_t *qpn)
 
 void shm_conn_qp_remove(struct sv_qp *qp, bool keep_qpn)
 {
-	uint32_t qpn = qp->ibv.qp_base.qp_num;
-
 	sv_engine_lock();
-	/* Connections that peers opened to this QP: say goodbye, then hang up (a hang-up
-	 * without goodbye means the process died). */
-	for (struct link *l = links, *next; l; l = next) {
-		next = l->next;
-		if (l->kind == LINK_ACCEPTED && l->our_qpn == qpn) {
-			uint32_t bye = BYE_MAGIC;
-
-			(void)!send(l->fd, &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
-			drop_link(l);
-		}
-	}
+	/* No attach is answered from now on (attach_answer). */
+	atomic_store(&shm_qp(qp)->page->qpn, 0);
 	if (!keep_qpn)
-		sv_qpn_free(qpn);
+		sv_qpn_free(qp->ibv.qp_base.qp_num);
+	sv_engine_unlock();
+}
+
+void shm_conn_qp_release(struct sv_qp *qp)
+{
+	sv_engine_lock();
+	shm_arena_release(qp->ibv.qp_base.qp_num, shm_qp(qp)->seg);
 	sv_engine_unlock();
 }
 
 /* --- attach: the requester side ----------------------------------------------------------- */
 
-static bool local_attach(const struct attach_req *req, struct attach_rep *rep, int fds[3]);
+static struct sv_qp *own_qp(uint32_t qpn);
+static void attach_answer(const struct attach_req *req, struct attach_rep *rep, int fds[3]);
 
 /*
  * SOFTVERBS_SHM_COPY=cma|bounce forces how payload crosses; by default each connection
@@ -203,6 +291,16 @@ static int sock_connect_qpn(uint32_t qpn)
 		return err;
 	}
 	return fd;
+}
+
+/* The process at the other end of @fd, as the kernel says (a request or an answer may
+ * name any process it likes): its pid, or 0. */
+static pid_t peer_pid(int fd)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) ? 0 : cred.pid;
 }
 
 /*
@@ -268,14 +366,6 @@ static int recv_with_fds(int fd, void *buf, size_t len, int *fds, int n_fds)
 	return 0;
 }
 
-/* A regular file (memfd) of at least @len bytes: accesses below @len cannot fault. */
-static bool fd_holds(int fd, size_t len)
-{
-	struct stat st;
-
-	return !fstat(fd, &st) && S_ISREG(st.st_mode) && (uint64_t)st.st_size >= len;
-}
-
 /*
  * A wake-up descriptor we may write 8 bytes to without blocking or being killed: an
  * anonymous inode (eventfd; no file type, unlike a pipe or a socket, whose closed far
@@ -290,6 +380,85 @@ static bool fd_is_eventfd(int fd)
 	return fl >= 0 && (fl & O_NONBLOCK) && !fstat(fd, &st) && (st.st_mode & S_IFMT) == 0;
 }
 
+/* The other process may be anyone's: we map only what has the size we access, sealed
+ * so that it cannot shrink under us. */
+static bool answer_has_shape(const struct attach_rep *rep, const int fds[3])
+{
+	return rep->seg_len == SHM_QP_SEG_SIZE && rep->map_len <= SHM_ARENA_BYTES &&
+	       rep->map_len % 4096 == 0 && rep->seg_off % 4096 == 0 &&
+	       rep->seg_off <= rep->map_len - SHM_QP_SEG_SIZE && rep->map_len >= SHM_QP_SEG_SIZE &&
+	       sv_shared_holds(fds[0], rep->map_len) &&
+	       sv_shared_holds(fds[1], SV_MR_TABLE_BYTES) && fd_is_eventfd(fds[2]);
+}
+
+/* Attach to a QP of this process: no socket, nothing mapped. NULL if it is not ours. */
+static struct shm_peer *local_attach(const struct attach_req *req, int *err)
+{
+	struct shm_peer *peer = NULL;
+	struct attach_rep rep;
+	struct sv_qp *qp;
+	int fds[3];
+
+	*err = 0;
+	sv_engine_lock();
+	qp = own_qp(req->dst_qpn);
+	if (qp) {
+		attach_answer(req, &rep, fds);
+		*err = rep.status;
+		if (!rep.status) {
+			peer = calloc(1, sizeof(*peer));
+			*err = peer ? 0 : -ENOMEM;
+		}
+		if (peer) {
+			peer->local = true;
+			peer->proc = shm_proc_self();
+			peer->page = shm_qp(qp)->page;
+			peer->fifo = shm_qp(qp)->rx;
+			peer->mrs = to_svctx(qp->ibv.qp_base.context)->mrs->slots;
+			peer->seg_addr = rep.seg_addr;
+		}
+	}
+	sv_engine_unlock();
+	return qp ? peer : NULL;
+}
+
+/* A peer from an answer of the right shape: what it names mapped (or a mapping of the
+ * same file shared), its process found or made; NULL on failure. Engine lock held. */
+static struct shm_peer *peer_from_answer(const struct attach_rep *rep, int fds[3], pid_t pid)
+{
+	struct shm_peer *peer = calloc(1, sizeof(*peer));
+	const void *mrs;
+
+	if (!peer)
+		return NULL;
+	peer->proc = shm_proc_get(pid);
+	if (!peer->proc)
+		goto err_free;
+	peer->map = shm_map_get(fds[0], rep->map_len, PROT_READ | PROT_WRITE);
+	if (!peer->map)
+		goto err_proc;
+	mrs = shm_map_get(fds[1], SV_MR_TABLE_BYTES, PROT_READ);
+	if (!mrs)
+		goto err_map;
+	peer->mrs = mrs;
+	if (peer->proc->wake_fd < 0) {
+		peer->proc->wake_fd = fds[2]; /* the process's; later answers' copies close */
+		fds[2] = -1;
+	}
+	peer->page = (struct shm_qp_page *)((char *)peer->map + rep->seg_off);
+	peer->fifo = (struct shm_fifo *)((char *)peer->page + SHM_QP_PAGE_SIZE);
+	peer->proc_next = peer->proc->peers;
+	peer->proc->peers = peer;
+	return peer;
+err_map:
+	shm_map_put(peer->map);
+err_proc:
+	shm_proc_put(peer->proc);
+err_free:
+	free(peer);
+	return NULL;
+}
+
 int shm_conn_connect(struct sv_qp *qp, uint32_t dest_qpn, struct shm_peer **out)
 {
 	struct attach_req req = {
@@ -300,104 +469,112 @@ int shm_conn_connect(struct sv_qp *qp, uint32_t dest_qpn, struct shm_peer **out)
 		.src_pid = getpid(),
 	};
 	struct attach_rep rep;
-	struct shm_peer *peer;
-	int fds[3], fd, err;
-	struct link *l;
+	struct shm_peer *peer = NULL;
+	int fds[3] = { -1, -1, -1 }, fd, err;
+	struct shm_proc *known;
+	bool keep;
+	pid_t pid;
 
-	/* A QP of this very process: no socket (and no waiting for our own thread). */
-	if (local_attach(&req, &rep, fds)) {
-		if (rep.status)
-			return rep.status;
-		fd = -1;
-	} else {
-		fd = sock_connect_qpn(dest_qpn);
-		if (fd < 0)
-			return fd;
-		if (send(fd, &req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
-			err = -errno;
-			goto err_close;
-		}
-		err = await_answer(fd);
-		if (!err)
-			err = recv_with_fds(fd, &rep, sizeof(rep), fds, 3);
-		if (err)
-			goto err_close;
+	peer = local_attach(&req, &err);
+	if (peer || err)
+		goto done;
+	fd = sock_connect_qpn(dest_qpn);
+	if (fd == -EMFILE || fd == -ENFILE)
+		no_descriptor("qp %u: no descriptor to reach qp %u: it is tried again when the "
+			      "QP sends", req.src_qpn, dest_qpn);
+	if (fd < 0)
+		return fd;
+	/* The first connection to a process stays, as the keeper. */
+	pid = peer_pid(fd);
+	sv_engine_lock();
+	known = pid ? shm_proc_find(pid) : NULL;
+	keep = !known || !keeper_of(known);
+	sv_engine_unlock();
+	req.flags = keep ? ATTACH_KEEP : 0;
+	if (!pid) {
+		err = -EPROTO;
+		goto err_close;
 	}
+	if (send(fd, &req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
+		err = -errno;
+		goto err_close;
+	}
+	err = await_answer(fd);
+	if (!err)
+		err = recv_with_fds(fd, &rep, sizeof(rep), fds, 3);
+	if (err)
+		goto err_close;
 	if (rep.magic != ATTACH_MAGIC || rep.status) {
 		err = rep.status ? rep.status : -EPROTO;
 		goto err_fds;
 	}
-	/* The other process may be anyone's: map only what has the size we access. */
-	if (rep.seg_len != SHM_QP_SEG_SIZE || !fd_holds(fds[0], SHM_QP_SEG_SIZE) ||
-	    !fd_holds(fds[1], SV_MR_TABLE_BYTES) || !fd_is_eventfd(fds[2])) {
+	if (!answer_has_shape(&rep, fds)) {
 		sv_dbg("qp %u: attach answer for qp %u has the wrong shape", req.src_qpn, dest_qpn);
 		err = -EPROTO;
 		goto err_fds;
 	}
-	peer = calloc(1, sizeof(*peer));
-	if (!peer) {
-		err = -ENOMEM;
-		goto err_fds;
-	}
-	peer->seg = mmap(NULL, SHM_QP_SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-	peer->mrs = mmap(NULL, SV_MR_TABLE_BYTES, PROT_READ, MAP_SHARED | MAP_NORESERVE, fds[1], 0);
-	if (peer->seg == MAP_FAILED || peer->mrs == MAP_FAILED) {
-		err = -ENOMEM;
-		if (peer->seg != MAP_FAILED)
-			munmap(peer->seg, rep.seg_len);
-		if (peer->mrs != MAP_FAILED)
-			munmap((void *)peer->mrs, SV_MR_TABLE_BYTES);
-		free(peer);
-		goto err_fds;
-	}
-	close(fds[0]);
-	close(fds[1]);
-	peer->seg_len = rep.seg_len;
-	peer->seg_addr = rep.seg_addr;
-	peer->page = peer->seg;
-	peer->fifo = (struct shm_fifo *)((char *)peer->seg + SHM_QP_PAGE_SIZE);
-	peer->wake_fd = fds[2];
-	peer->pid = rep.pid;
-	peer->qpn = dest_qpn;
-	peer->sock = fd;
-	peer->cma = copy_mode_cma(peer);
+	sv_engine_lock();
+	peer = peer_from_answer(&rep, fds, pid);
+	if (peer && keep) {
+		struct link *l = new_link(LINK_KEEPER, fd);
 
-	peer->our_qpn = req.src_qpn;
-	/* From now on the connection is watched: a hang-up means the peer is gone. */
-	if (fd >= 0) {
-		int wfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-
-		l = wfd >= 0 ? new_link(LINK_CONNECTED, wfd) : NULL;
-		if (!l && wfd >= 0)
-			close(wfd);
 		if (l) {
-			l->our_qpn = req.src_qpn;
-			l->peer_qpn = dest_qpn;
-			sv_engine_lock();
+			l->pid = pid;
+			l->proc = peer->proc;
+			peer->proc->refs++;
 			if (!watch(l))
-				peer->watch_id = l->id;
-			sv_engine_unlock();
+				fd = -1;
 		}
 	}
+	sv_engine_unlock();
+	for (int i = 0; i < 3; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	if (fd >= 0) {
+		/* Not kept: if the other side keeps it, the hang-up is not our death. */
+		uint32_t bye = BYE_MAGIC;
+
+		if (keep)
+			(void)!send(fd, &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+		close(fd);
+	}
+	if (!peer)
+		return -ENOMEM;
+	peer->pid = pid;
+	peer->seg_addr = rep.seg_addr;
+done:
+	if (!peer)
+		return err;
+	peer->qpn = dest_qpn;
+	peer->our_qpn = req.src_qpn;
+	if (!peer->pid)
+		peer->pid = getpid();
+	peer->cma = copy_mode_cma(peer);
 	*out = peer;
 	return 0;
 
 err_fds:
 	for (int i = 0; i < 3; i++)
 		close(fds[i]);
+	if (keep && !rep.status && rep.magic == ATTACH_MAGIC) {
+		/* Kept on the other side: the hang-up is not our death. */
+		uint32_t bye = BYE_MAGIC;
+
+		(void)!send(fd, &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
 err_close:
-	if (fd >= 0)
-		close(fd);
+	close(fd);
 	return err;
 }
 
 void shm_conn_disconnect(struct shm_peer *peer)
 {
-	uint32_t bye = BYE_MAGIC;
+	struct qp_bye bye = { QP_BYE_MAGIC, 0, 0 };
+	struct link *l;
 
 	if (!peer)
 		return;
-	if (peer->sock < 0) {
+	if (peer->local) {
 		/* A QP of this process: tell it directly that we left. */
 		struct sv_qp *qp = shm_conn_pin_qp(peer->qpn);
 
@@ -405,25 +582,26 @@ void shm_conn_disconnect(struct shm_peer *peer)
 			shm_qp_peer_lost(qp, peer->our_qpn, false);
 			sv_engine_unpin_qp(qp);
 		}
+		free(peer);
+		return;
 	}
-	/* A goodbye first: the peer then knows the hang-up is not a crash. */
-	if (peer->sock >= 0)
-		(void)!send(peer->sock, &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+	bye.src_qpn = peer->our_qpn;
+	bye.dst_qpn = peer->qpn;
 	sv_engine_lock();
-	for (struct link *l = links, *next; l; l = next) {
-		next = l->next;
-		if (peer->watch_id && l->id == peer->watch_id) {
-			/* Our own watch of this connection. */
-			drop_link(l);
+	/* Over the keeper: the peer then knows that we left, and did not die. */
+	l = keeper_of(peer->proc);
+	if (l)
+		(void)!send(l->fd, &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+	for (struct shm_peer **pp = &peer->proc->peers; *pp; pp = &(*pp)->proc_next) {
+		if (*pp == peer) {
+			*pp = peer->proc_next;
 			break;
 		}
 	}
+	shm_map_put(peer->map);
+	shm_map_put(peer->mrs);
+	shm_proc_put(peer->proc);
 	sv_engine_unlock();
-	if (peer->sock >= 0)
-		close(peer->sock);
-	close(peer->wake_fd);
-	munmap(peer->seg, peer->seg_len);
-	munmap((void *)peer->mrs, SV_MR_TABLE_BYTES);
 	free(peer);
 }
 
@@ -431,7 +609,7 @@ void shm_conn_wake(struct shm_peer *peer)
 {
 	uint64_t one = 1;
 
-	(void)!write(peer->wake_fd, &one, sizeof(one));
+	(void)!write(peer->proc->wake_fd, &one, sizeof(one));
 }
 
 /* --- attach: the responder side (progress thread) ----------------------------------------- */
@@ -462,33 +640,49 @@ static void attach_answer(const struct attach_req *req, struct attach_rep *rep, 
 	struct sv_qp *qp = sv_qpn_owner(req->dst_qpn);
 
 	*rep = (struct attach_rep){ .magic = ATTACH_MAGIC, .pid = getpid(), .qpn = req->dst_qpn };
-	if (!qp || qp->wire != &sv_wire_shm)
-		rep->status = -ENOENT; /* (a QP on another wire speaks no shm) */
+	/* A QP on another wire speaks no shm; one being made or destroyed has no page yet
+	 * or any more (its qpn is stored last and cleared first). */
+	if (!qp || qp->wire != &sv_wire_shm || !shm_qp(qp)->page ||
+	    atomic_load_explicit(&shm_qp(qp)->page->qpn, memory_order_acquire) != req->dst_qpn)
+		rep->status = -ENOENT;
 	else if (sv_qp_type_peer(qp->ibv.qp_base.qp_type) != req->qp_type)
 		rep->status = -EPROTOTYPE;
+	else if (!shm_arena_locate(req->dst_qpn, &fds[0], &rep->seg_off))
+		rep->status = -ENOENT;
 	if (rep->status)
 		return;
-	rep->seg_len = shm_qp(qp)->seg_len;
+	rep->seg_len = SHM_QP_SEG_SIZE;
 	rep->seg_addr = (uintptr_t)shm_qp(qp)->seg;
-	fds[0] = shm_qp(qp)->seg_fd;
+	rep->map_len = SHM_ARENA_BYTES;
 	fds[1] = to_svctx(qp->ibv.qp_base.context)->mrs->fd;
 	fds[2] = sv_engine_wake_fd();
 }
 
-/* Answers an attach request on @l. Engine lock held. */
+/* Answers an attach request on @l: the link stays, as the keeper, if the requester asked
+ * so; else it goes. Engine lock held. */
 static void answer_attach(struct link *l, const struct attach_req *req)
 {
+	uint32_t bye = BYE_MAGIC;
 	struct attach_rep rep;
 	int fds[3];
 
 	attach_answer(req, &rep, fds);
 	if (rep.status) {
 		send_with_fds(l->fd, &rep, sizeof(rep), NULL, 0);
+		drop_link(l);
 		return;
 	}
-	l->our_qpn = req->dst_qpn;
-	l->peer_qpn = req->src_qpn;
 	send_with_fds(l->fd, &rep, sizeof(rep), fds, 3);
+	if (req->flags & ATTACH_KEEP) {
+		l->proc = l->pid ? shm_proc_get(l->pid) : NULL;
+		if (l->proc) {
+			l->kind = LINK_KEEPER;
+			return;
+		}
+		/* Not kept after all: our hang-up is not a death. */
+		(void)!send(l->fd, &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
+	drop_link(l);
 }
 
 /* A QP of this process (not one a fork() copied from the parent), engine lock held. */
@@ -496,25 +690,8 @@ static struct sv_qp *own_qp(uint32_t qpn)
 {
 	struct sv_qp *qp = sv_qpn_owner(qpn);
 
-	return qp && qp->wire == &sv_wire_shm && shm_qp(qp)->page->pid == getpid() ? qp : NULL;
-}
-
-/* Attach to a QP of this process without a socket: true if it is ours. */
-static bool local_attach(const struct attach_req *req, struct attach_rep *rep, int fds[3])
-{
-	bool local;
-
-	sv_engine_lock();
-	local = own_qp(req->dst_qpn) != NULL;
-	if (local) {
-		attach_answer(req, rep, fds);
-		if (!rep->status) {
-			for (int i = 0; i < 3; i++)
-				fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
-		}
-	}
-	sv_engine_unlock();
-	return local;
+	return qp && qp->wire == &sv_wire_shm && shm_qp(qp)->page &&
+			       shm_qp(qp)->page->pid == getpid() ? qp : NULL;
 }
 
 struct sv_qp *shm_conn_pin_qp(uint32_t qpn)
@@ -529,6 +706,46 @@ struct sv_qp *shm_conn_pin_qp(uint32_t qpn)
 	return qp;
 }
 
+/* Tells our QP @ours that its peer @theirs, in the process at the other end of @l, left
+ * or died. Engine lock held (dropped meanwhile: @l may be gone after). */
+static void tell_qp(const struct link *l, uint32_t ours, uint32_t theirs, bool fatal)
+{
+	struct sv_qp *qp = own_qp(ours);
+
+	/* Only the process the QP's peer is in speaks for it: anyone may connect. */
+	if (!qp || atomic_load(&shm_qp(qp)->peer_pid) != l->pid)
+		return;
+	sv_engine_pin_locked(qp);
+	sv_engine_unlock();
+	shm_qp_peer_lost(qp, theirs, fatal);
+	sv_engine_unpin_qp(qp);
+	sv_engine_lock();
+}
+
+/* The process at the other end of the keeper @l died: every QP of ours connected to one
+ * of its QPs fails. Engine lock held; @l is dropped. */
+static void proc_died(struct link *l)
+{
+	struct shm_proc *p = l->proc;
+	struct { uint32_t ours, theirs; } *lost = NULL;
+	struct link dead = *l;
+	int n = 0, cap = 0;
+
+	atomic_store(&p->dead, true);
+	for (struct shm_peer *peer = p->peers; peer; peer = peer->proc_next)
+		cap++;
+	if (cap)
+		lost = calloc((size_t)cap, sizeof(*lost));
+	for (struct shm_peer *peer = p->peers; lost && peer; peer = peer->proc_next) {
+		lost[n].ours = peer->our_qpn;
+		lost[n++].theirs = peer->qpn;
+	}
+	drop_link(l);
+	for (int i = 0; i < n; i++)
+		tell_qp(&dead, lost[i].ours, lost[i].theirs, true);
+	free(lost);
+}
+
 /* A socket of the wire has something: engine lock held (dropped to tell a QP). */
 static void link_event(void *arg, uint32_t events)
 {
@@ -539,16 +756,12 @@ static void link_event(void *arg, uint32_t events)
 
 		while ((fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
 			struct link *a = new_link(LINK_ACCEPTED, fd);
-			struct ucred cred;
-			socklen_t len = sizeof(cred);
 
 			if (!a) {
 				close(fd);
 				continue;
 			}
-			/* Who connected, as the kernel says: a request names any QP it likes. */
-			if (!getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len))
-				a->pid = cred.pid;
+			a->pid = peer_pid(fd);
 			(void)watch(a);
 		}
 		return;
@@ -556,6 +769,7 @@ static void link_event(void *arg, uint32_t events)
 	if (events & EPOLLIN) {
 		union {
 			struct attach_req req;
+			struct qp_bye qp_bye;
 			uint32_t magic;
 		} m;
 		ssize_t r = recv(l->fd, &m, sizeof(m), MSG_DONTWAIT);
@@ -565,7 +779,14 @@ static void link_event(void *arg, uint32_t events)
 			answer_attach(l, &m.req);
 			return;
 		}
-		if (r >= (ssize_t)sizeof(uint32_t) && m.magic == BYE_MAGIC) {
+		if (r == (ssize_t)sizeof(m.qp_bye) && m.magic == QP_BYE_MAGIC &&
+		    l->kind == LINK_KEEPER) {
+			struct link from = *l;
+
+			tell_qp(&from, m.qp_bye.dst_qpn, m.qp_bye.src_qpn, false);
+			return;
+		}
+		if (r == (ssize_t)sizeof(uint32_t) && m.magic == BYE_MAGIC) {
 			l->bye = true;
 			return;
 		}
@@ -575,27 +796,10 @@ static void link_event(void *arg, uint32_t events)
 		events |= EPOLLHUP;
 	}
 	if (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) {
-		uint32_t our = l->our_qpn, peer = l->peer_qpn;
-		bool fatal = !l->bye;
-
-		pid_t from = l->kind == LINK_ACCEPTED ? l->pid : 0;
-
-		drop_link(l);
-		if (our) {
-			struct sv_qp *qp = own_qp(our);
-
-			/* A connection a peer opened to us speaks for our QP's peer only if it
-			 * came from that peer's process: anyone may attach in its name. */
-			if (qp && from && from != atomic_load(&shm_qp(qp)->peer_pid))
-				qp = NULL;
-			if (qp) {
-				sv_engine_pin_locked(qp);
-				sv_engine_unlock();
-				shm_qp_peer_lost(qp, peer, fatal);
-				sv_engine_unpin_qp(qp);
-				sv_engine_lock();
-			}
-		}
+		if (l->kind == LINK_KEEPER && !l->bye)
+			proc_died(l);
+		else
+			drop_link(l);
 	}
 }
 
@@ -609,6 +813,9 @@ void shm_qp_peer_lost(struct sv_qp *qp, uint32_t peer_qpn, bool fatal)
 	 * for it. The QP may have moved on to another peer meanwhile. */
 	if (qp->ibv.qp_base.qp_type == IBV_QPT_UD || atomic_load(&qp->pub.dest_qpn) != peer_qpn ||
 	    (st != IBV_QPS_RTR && st != IBV_QPS_RTS && st != IBV_QPS_SQD))
+		return;
+	/* A peer that said goodbye before its process ended did not die. */
+	if (fatal && atomic_load(&shm_qp(qp)->peer_left))
 		return;
 	sv_dbg("qp %u: peer qp %u %s", qp->ibv.qp_base.qp_num, peer_qpn,
 	       fatal ? "died" : "went away");

@@ -21,6 +21,11 @@ void shm_fifo_init(struct shm_fifo *f)
 		atomic_init(&f->slots[i].seq, 0);
 }
 
+void shm_fifo_init_zeroed(struct shm_fifo *f)
+{
+	f->nslots = SHM_FIFO_SLOTS; /* zeros are an empty ring: every slot free */
+}
+
 int shm_fifo_reserve(struct shm_fifo *f, uint32_t n, uint64_t *cached_head, uint64_t *pos)
 {
 	uint64_t t = atomic_load_explicit(&f->tail, memory_order_relaxed);

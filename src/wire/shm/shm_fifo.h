@@ -60,6 +60,9 @@ static inline uint32_t shm_fifo_slots_for(uint32_t payload)
 }
 
 void shm_fifo_init(struct shm_fifo *f);
+/* The same for a ring whose memory is all zeros (a new segment): its slots are left
+ * untouched, so that a QP's idle ring costs no resident memory. */
+void shm_fifo_init_zeroed(struct shm_fifo *f);
 
 /* --- producer ---------------------------------------------------------------------------- */
 

@@ -132,5 +132,7 @@ static_assert(offsetof(struct shm_qp_page, acked) == 640, "fixed layout (tests f
 
 /* A QP's segment: its page, then its inbound fifo. Peers map exactly this much. */
 #define SHM_QP_SEG_SIZE (SHM_QP_PAGE_SIZE + SHM_FIFO_BYTES)
+/* Segments lie this far apart in a process's arena (whole pages). */
+#define SHM_SEG_STRIDE ((SHM_QP_SEG_SIZE + 4095) & ~(size_t)4095)
 
 #endif

@@ -48,25 +48,20 @@ int shm_qp_qp_take(struct sv_qp *qp, uint32_t qpn)
 static int qp_setup(struct sv_qp *qp, uint32_t *qpn)
 {
 	struct shm_qp *s = calloc(1, sizeof(*s));
-	int err = -ENOMEM;
+	int err;
 
 	if (!s)
 		return -ENOMEM;
-	s->seg_len = SHM_QP_SEG_SIZE;
-	s->seg_fd = memfd_create("softverbs-qp", MFD_CLOEXEC);
-	if (s->seg_fd < 0) {
-		err = -errno;
+	qp->wire_qp = s;
+	/* The number, and the segment at its place in our arena (zeros: a new QP's, or
+	 * given back by the last QP of that number). */
+	err = shm_conn_qp_add(qp, qpn);
+	if (err) {
+		qp->wire_qp = NULL;
 		free(s);
 		return err;
 	}
-	if (ftruncate(s->seg_fd, (off_t)s->seg_len))
-		goto err_fd;
-	s->seg = mmap(NULL, s->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, s->seg_fd, 0);
-	if (s->seg == MAP_FAILED)
-		goto err_fd;
-	s->page = s->seg;
-	s->rx = (struct shm_fifo *)((char *)s->seg + SHM_QP_PAGE_SIZE);
-	shm_fifo_init(s->rx);
+	shm_fifo_init_zeroed(s->rx); /* the segment is zeros (shm_arena_seg) */
 	/* Born armed: the progress thread may be asleep with every fifo it knew armed, and a
 	 * producer in this very process attaches without a socket that would wake it. The
 	 * first message wakes it once; it then counts this QP among its own. */
@@ -76,20 +71,9 @@ static int qp_setup(struct sv_qp *qp, uint32_t *qpn)
 	s->page->qp_type = qp->ibv.qp_base.qp_type;
 	/* An XRC target has no PD: requests name an SRQ, whose PD applies (sv_resp.c). */
 	atomic_store(&s->page->pd, qp->pd ? qp->pd->handle : 0);
-	qp->wire_qp = s;
-	/* From here peers can attach: everything they read is set above. */
-	err = shm_conn_qp_add(qp, qpn);
-	if (err) {
-		qp->wire_qp = NULL;
-		munmap(s->seg, s->seg_len);
-		goto err_fd;
-	}
-	atomic_store(&s->page->qpn, *qpn);
+	/* Last: from here peers can attach, and everything they read is set above. */
+	atomic_store_explicit(&s->page->qpn, *qpn, memory_order_release);
 	return 0;
-err_fd:
-	close(s->seg_fd);
-	free(s);
-	return err;
 }
 
 static void qp_teardown(struct sv_qp *qp, bool keep_qpn);
@@ -114,8 +98,7 @@ static void qp_teardown(struct sv_qp *qp, bool keep_qpn)
 	/* Found by its number until just now (shm_conn_pin_qp): a pin taken before waits. */
 	while (atomic_load(&qp->eng_ref))
 		sched_yield();
-	munmap(s->seg, s->seg_len);
-	close(s->seg_fd);
+	shm_conn_qp_release(qp);
 	free(s);
 	qp->wire_qp = NULL;
 }
@@ -145,16 +128,6 @@ int shm_qp_connect_qpn(struct sv_qp *qp, uint32_t qpn, void **conn)
 
 	*conn = peer;
 	return err;
-}
-
-static struct shm_peer *ud_find(struct shm_qp *s, uint32_t qpn)
-{
-	struct shm_ud_dests *d = s->ud_dests;
-
-	for (int i = 0; d && i < d->n; i++)
-		if (d->peer[i]->qpn == qpn)
-			return d->peer[i];
-	return NULL;
 }
 
 /* A UD destination met: kept (the oldest forgotten when the table is full). Returns
@@ -196,7 +169,7 @@ void *shm_qp_attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
 	if (err || !peer || s->peer)
 		return peer;
 	s->peer = peer;
-	set_hint(s->peer_local, peer->sock < 0);
+	set_hint(s->peer_local, peer->local);
 	atomic_store(&s->peer_pid, peer->pid);
 	return NULL;
 }
@@ -298,7 +271,7 @@ enum sv_reach shm_qp_reach(struct sv_qp *qp, uint32_t dest_qpn)
 	struct shm_peer *peer;
 
 	if (qp->ibv.qp_base.qp_type == IBV_QPT_UD) {
-		peer = ud_find(s, dest_qpn);
+		peer = shm_ud_dest(s, dest_qpn);
 		if (peer)
 			return shm_pkeys_match(qp, peer) ? SV_REACH_READY : SV_REACH_PARTITION;
 		if (s->ud_unreachable_valid && s->ud_unreachable == dest_qpn) {
@@ -319,7 +292,7 @@ enum sv_reach shm_qp_reach(struct sv_qp *qp, uint32_t dest_qpn)
 void shm_qp_dropped(struct sv_qp *qp, uint32_t dest_qpn)
 {
 	struct shm_qp *s = shm_qp(qp);
-	struct shm_peer *peer = qp->ibv.qp_base.qp_type == IBV_QPT_UD ? ud_find(s, dest_qpn)
+	struct shm_peer *peer = qp->ibv.qp_base.qp_type == IBV_QPT_UD ? shm_ud_dest(s, dest_qpn)
 								       : s->peer;
 
 	if (peer)
@@ -372,7 +345,7 @@ struct sv_qp *shm_qp_local_peer(struct sv_qp *qp)
 	/* The flag is a hint; the lock confirms (and nothing waits for it). */
 	if (!hint(s->peer_local) || !sv_spin_trylock(&qp->sq.lock))
 		return NULL;
-	if (s->peer && s->peer->sock < 0 && qp->sq.tail != qp->sq_next)
+	if (s->peer && s->peer->local && qp->sq.tail != qp->sq_next)
 		qpn = s->peer->qpn;
 	sv_spin_unlock(&qp->sq.lock);
 	return qpn ? shm_conn_pin_qp(qpn) : NULL;

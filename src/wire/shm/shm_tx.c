@@ -173,12 +173,8 @@ static struct shm_peer *peer_of(struct sv_qp *qp, const struct sv_hdr *h)
 {
 	struct shm_qp *s = shm_qp(qp);
 
-	if (qp->ibv.qp_base.qp_type == IBV_QPT_UD) {
-		for (int i = 0; s->ud_dests && i < s->ud_dests->n; i++)
-			if (s->ud_dests->peer[i]->qpn == h->dest_qpn)
-				return s->ud_dests->peer[i];
-		return NULL;
-	}
+	if (qp->ibv.qp_base.qp_type == IBV_QPT_UD)
+		return shm_ud_dest(s, h->dest_qpn);
 	return s->peer;
 }
 

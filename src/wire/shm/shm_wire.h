@@ -1,11 +1,16 @@
 /*
- * The shm wire: QPs of one host, through shared memory. Each QP has a segment (a memfd:
- * its page for peers, then its inbound fifo, shm_msg.h); a QP attaches to its peer by
- * QPN over the peer process's abstract socket (shm_conn.c), maps the peer's segment and
- * key table, and writes messages into the peer's fifo (shm_tx.c) that the peer's
- * library reads (shm_rx.c). RDMA WRITE and READ go straight between the two processes'
- * memory with process_vm_writev/readv when the kernel allows it (the direct op, with
- * copy assist for large ones: shm_assist.h), and through the fifos otherwise (bounce).
+ * The shm wire: QPs of one host, through shared memory. Each QP has a segment (its page
+ * for peers, then its inbound fifo, shm_msg.h) in its process's arena for its number's
+ * block (shm_proc.c); a QP attaches to its peer by QPN over the peer process's abstract
+ * socket (shm_conn.c), maps the peer's arena and key table (once per process), and
+ * writes messages into the peer's fifo (shm_tx.c) that the peer's library reads
+ * (shm_rx.c). RDMA WRITE and READ go straight between the two processes' memory with
+ * process_vm_writev/readv when the kernel allows it (the direct op, with copy assist for
+ * large ones: shm_assist.h), and through the fifos otherwise (bounce).
+ *
+ * A QP holds no descriptor of its own: a process holds one arena and one listening
+ * socket per block of 256 QP numbers, and one connection and one wake-up descriptor per
+ * process it talks to (docs/architecture.md, "QPs without descriptors").
  *
  * This header is the wire's own: the core sees only sv_wire_shm, its ops table.
  */
@@ -20,6 +25,7 @@
 
 #include "core/sv_mr.h"
 #include "core/sv_wire.h"
+#include "wire/sv_qpn.h"
 #include "wire/shm/shm_msg.h"
 
 struct sv_qp;
@@ -34,21 +40,33 @@ enum {
 	SHM_IOV_MAX = 64,
 };
 
+/* One arena per block of QP numbers (shm_proc.c), a segment at its number's place. */
+#define SHM_ARENA_BYTES ((size_t)SV_QPN_BLOCK * SHM_SEG_STRIDE)
+
+/* A process our peers live in (this one included), under the engine's lock but for
+ * wake_fd and dead, which the data path reads. */
+struct shm_proc {
+	pid_t pid;
+	int wake_fd;          /* its engine's eventfd; -1 until we attached to one of its QPs */
+	int refs;             /* our peers in it, and the connections that watch it */
+	atomic_bool dead;     /* a connection to it hung up without goodbye */
+	struct shm_peer *peers; /* ours in it (peer->proc_next) */
+	struct shm_proc *next;
+};
+
 /* A QP on the same host that we talk to: its segment and key table, mapped. */
 struct shm_peer {
-	int sock;             /* the attach connection: hang-up without goodbye = death;
-			       * -1 for a QP of this process */
+	struct shm_proc *proc;
+	struct shm_peer *proc_next; /* in proc->peers (engine lock) */
+	bool local;           /* a QP of this process: nothing mapped for it */
 	pid_t pid;
 	uint32_t qpn;
-	void *seg;
-	size_t seg_len;
+	void *map;            /* the arena as mapped (NULL: local) */
 	struct shm_qp_page *page;
 	struct shm_fifo *fifo;
 	const struct sv_mr_entry *mrs; /* the peer context's key table, read-only */
-	int wake_fd;          /* the peer engine's eventfd */
 	uint64_t cached_head; /* our requester's copy of the peer fifo's head (sq.lock) */
 	uint64_t cached_head_ans; /* our responder's (rx_busy): they produce apart */
-	uint64_t watch_id;    /* our engine's watch of sock (0: none) */
 	uint32_t our_qpn;     /* the QP that attached */
 	bool cma;             /* process_vm_readv/writev reach the peer (else: bounce) */
 	uint64_t seg_addr;    /* where the peer maps its segment (the CMA probe reads it) */
@@ -61,9 +79,7 @@ struct shm_ud_dests {
 
 /* A QP's state on the wire (qp->wire_qp). */
 struct shm_qp {
-	int seg_fd;               /* memfd: our page for peers, then our inbound fifo */
-	void *seg;
-	size_t seg_len;
+	void *seg;                /* in our arena (shm_proc.c) */
 	struct shm_qp_page *page;
 	struct shm_fifo *rx;
 	/* changed under rx_busy and sq.lock (and no claim out): either is enough to read */
@@ -97,6 +113,24 @@ struct shm_qp {
 
 static inline struct shm_qp *shm_qp(const struct sv_qp *qp);
 
+/* shm_proc.c: what is shared per process (engine lock held for each) */
+/* Our segment for @qpn (its arena made if new): 0, or -errno. */
+int shm_arena_seg(uint32_t qpn, void **seg);
+/* The arena file and offset of @qpn's segment, for an attach answer. */
+bool shm_arena_locate(uint32_t qpn, int *fd, uint64_t *off);
+/* The QP of @qpn is gone: its segment's memory goes back. */
+void shm_arena_release(uint32_t qpn, void *seg);
+/* Maps @fd (@len bytes, @prot), or takes another reference to the mapping of the same
+ * file: its address, or NULL. The caller closes @fd either way. */
+void *shm_map_get(int fd, size_t len, int prot);
+void shm_map_put(const void *addr);
+struct shm_proc *shm_proc_self(void);
+/* The live process @pid as we know it, or NULL. */
+struct shm_proc *shm_proc_find(pid_t pid);
+/* ... with a reference, made if new (NULL: no memory). */
+struct shm_proc *shm_proc_get(pid_t pid);
+void shm_proc_put(struct shm_proc *p);
+
 /* shm_conn.c: attach by QPN, the peers' lifetime */
 /* Answers the attach socket of a new QPN block (sv_qpn_alloc's @new_listen_fd), whichever
  * wire's QP claimed it: the block's later QPs may be on shm (UD and XRC always are), and an
@@ -104,7 +138,10 @@ static inline struct shm_qp *shm_qp(const struct sv_qp *qp);
  * socket is closed. */
 int shm_conn_listen_locked(int listen_fd);
 int shm_conn_qp_add(struct sv_qp *qp, uint32_t *qpn);
+/* No attach reaches @qp any more (and its number is free unless @keep_qpn). */
 void shm_conn_qp_remove(struct sv_qp *qp, bool keep_qpn);
+/* ... and once nothing of ours uses it, its segment goes back. */
+void shm_conn_qp_release(struct sv_qp *qp);
 int shm_conn_connect(struct sv_qp *qp, uint32_t dest_qpn, struct shm_peer **peer);
 void shm_conn_disconnect(struct shm_peer *peer);
 void shm_conn_wake(struct shm_peer *peer);
@@ -188,6 +225,19 @@ static inline bool shm_peer_ready(const struct shm_peer *peer)
 static inline struct shm_qp *shm_qp(const struct sv_qp *qp)
 {
 	return qp->wire_qp;
+}
+
+/* The UD destination @qpn met so far, unless its process died since (a QP of that
+ * number now, if any, is another process's: it is attached to afresh). */
+static inline struct shm_peer *shm_ud_dest(const struct shm_qp *s, uint32_t qpn)
+{
+	const struct shm_ud_dests *d = s->ud_dests;
+
+	for (int i = 0; d && i < d->n; i++)
+		if (d->peer[i]->qpn == qpn &&
+		    !atomic_load_explicit(&d->peer[i]->proc->dead, memory_order_relaxed))
+			return d->peer[i];
+	return NULL;
 }
 
 /* IBA 10.9.3: would @peer's QP accept our packets? It drops the others, silently. */
