@@ -53,14 +53,7 @@ fi
 trap 'pt_stop_server; [ -n "$out" ] || rm -rf "$tmp"' EXIT
 pt_timeout=${PERFTEST_TIMEOUT:-60}
 next_port=18900
-mapfile -t cpus < <(taskset -pc $$ | sed 's/.*: //' | tr ',' '\n' |
-	awk -F- '{ if (NF == 2) for (i = $1; i <= $2; i++) print i; else print $1 }')
-pin_server=()
-pin_client=()
-if [ ${#cpus[@]} -ge 2 ]; then
-	pin_server=(taskset -c "${cpus[0]}")
-	pin_client=(taskset -c "${cpus[1]}")
-fi
+pt_pin_cpus
 pt_gid_args
 
 cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -o "$tmp/baselines" bench/baselines.c

@@ -45,7 +45,7 @@ static int to_rts(struct ibv_qp *qp, uint32_t dest, const union ibv_gid *gid)
 __attribute__((constructor)) static void idle_open(void)
 {
 	const char *env = getenv("IDLE_QPS");
-	int n = env ? atoi(env) & ~1 : 0, i;
+	int n = env ? atoi(env) & ~1 : 0, i = -1;
 	struct ibv_device **devs;
 	union ibv_gid gid;
 	struct ibv_pd *pd;
@@ -75,6 +75,6 @@ __attribute__((constructor)) static void idle_open(void)
 	fprintf(stderr, "idle_qps: %d RC QPs open (pid %d)\n", n, (int)getpid());
 	return;
 fail:
-	fprintf(stderr, "idle_qps: could not open %d QPs: %s\n", n, strerror(errno));
+	fprintf(stderr, "idle_qps: could not open %d QPs (at %d, ctx %p pd %p cq %p): %s\n", n, i, (void *)ctx, (void *)pd, (void *)cq, strerror(errno));
 	exit(3);
 }

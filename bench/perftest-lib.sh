@@ -32,6 +32,19 @@ pt_gid_args() {
 	fi
 }
 
+# pt_pin_cpus: the CPUs this shell may run on (cpus), and the server pinned to the first,
+# the client to the second (pin_server, pin_client), when there are two.
+pt_pin_cpus() {
+	mapfile -t cpus < <(taskset -pc $$ | sed 's/.*: //' | tr ',' '\n' |
+		awk -F- '{ if (NF == 2) for (i = $1; i <= $2; i++) print i; else print $1 }')
+	pin_server=()
+	pin_client=()
+	if [ ${#cpus[@]} -ge 2 ]; then
+		pin_server=(taskset -c "${cpus[0]}")
+		pin_client=(taskset -c "${cpus[1]}")
+	fi
+}
+
 # pt_stop_server: ends the perftest client and server a pair started, if they
 # are running, by their pids (timeout(1) processes, which pass the signal on to
 # perftest).

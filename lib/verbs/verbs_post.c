@@ -156,6 +156,9 @@ static int write_send_wqe(struct sv_qp *qp, const struct ibv_send_wr *wr)
  */
 static void post_done(struct sv_qp *qp, bool connect)
 {
+	/* An idle QP the progress thread left out of its passes comes back: what the post
+	 * started may need it (a timer, a transmit waiting for room). */
+	sv_engine_wake_qp(qp);
 	sv_qp_tx_done(qp);
 	if (connect)
 		sv_qp_tx_connect(qp);
@@ -232,6 +235,7 @@ int sv_verbs_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_r
 	sv_spin_unlock(&qp->rq.lock);
 	/* A message held for want of a receive may go on now: wake the progress thread (a
 	 * system call only in this case: the sender is waiting on RNR). */
+	sv_engine_wake_qp(qp);
 	if (sv_qp_recv_awaited(qp))
 		sv_engine_kick();
 	if (err && bad)

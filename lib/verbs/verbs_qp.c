@@ -400,6 +400,9 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 		       (unsigned int)attr_mask);
 	}
 	pthread_mutex_unlock(&qp->lock);
+	/* A new state, maybe a new wire or peer: the progress thread looks at the QP. */
+	if (!err)
+		sv_engine_wake_qp(qp);
 	return err;
 }
 

@@ -29,15 +29,21 @@ struct watch {
 };
 
 static struct {
-	pthread_mutex_t lock; /* guards everything below */
+	pthread_mutex_t lock; /* guards everything up to qps_lock */
 	pid_t pid;            /* the process this state belongs to (fork) */
 	int epfd, wake_fd;
 	bool started;
 	uint64_t next_id;
 	struct watch *watches;
-	struct sv_qp **qps;
-	int n_qps, cap_qps;
-} eng = { .lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .wake_fd = -1 };
+	/* The QPs: those the passes visit, and the quiet ones (sv_engine_wake_qp), each list
+	 * with room for every QP, so that a QP moves between them without allocating. The
+	 * lock is taken last: whoever holds it takes no other. */
+	pthread_mutex_t qps_lock;
+	struct sv_qp **qps, **quiet;
+	int n_qps, n_quiet, cap;
+	void (*rings)(void); /* the wire that rings (sv_engine_rings) */
+} eng = { .lock = PTHREAD_MUTEX_INITIALIZER, .qps_lock = PTHREAD_MUTEX_INITIALIZER,
+	  .epfd = -1, .wake_fd = -1 };
 
 static void *progress_main(void *arg);
 
@@ -215,10 +221,12 @@ static void atfork_prepare(void)
 	pthread_mutex_lock(&eng.lock);
 	for (int i = 0; i < atomic_load(&n_fork_hooks); i++)
 		fork_hooks[i].prepare();
+	pthread_mutex_lock(&eng.qps_lock);
 }
 
 static void atfork_parent(void)
 {
+	pthread_mutex_unlock(&eng.qps_lock);
 	for (int i = atomic_load(&n_fork_hooks) - 1; i >= 0; i--)
 		fork_hooks[i].parent();
 	pthread_mutex_unlock(&eng.lock);
@@ -226,6 +234,7 @@ static void atfork_parent(void)
 
 static void atfork_child(void)
 {
+	pthread_mutex_init(&eng.qps_lock, NULL);
 	for (int i = atomic_load(&n_fork_hooks) - 1; i >= 0; i--)
 		fork_hooks[i].child();
 	sv_mr_place_after_fork();
@@ -265,7 +274,7 @@ static int engine_start(void)
 	 * descriptors it inherited stay the parent's business). */
 	eng.started = false;
 	eng.watches = NULL;
-	eng.n_qps = 0;
+	eng.n_qps = eng.n_quiet = 0;
 	eng.epfd = epoll_create1(EPOLL_CLOEXEC);
 	eng.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	atomic_store(&kick_pending, false); /* (a forked child's: its parent's flag) */
@@ -293,26 +302,54 @@ static int engine_start(void)
 	return 0;
 }
 
+/* QP lists: a QP knows its place in its list (qps_lock held). */
+static void list_add(struct sv_qp **list, int *n, struct sv_qp *qp)
+{
+	qp->eng_slot = *n;
+	list[(*n)++] = qp;
+}
+
+static void list_del(struct sv_qp **list, int *n, struct sv_qp *qp)
+{
+	struct sv_qp *last;
+
+	/* Not there: a QP a forked child inherited (its lists started empty). */
+	if (qp->eng_slot < 0 || qp->eng_slot >= *n || list[qp->eng_slot] != qp)
+		return;
+	last = list[--*n];
+	list[qp->eng_slot] = last;
+	last->eng_slot = qp->eng_slot;
+}
+
 int sv_engine_add_qp(struct sv_qp *qp)
 {
 	int err;
 
 	pthread_mutex_lock(&eng.lock);
 	err = engine_start();
-	if (!err && eng.n_qps == eng.cap_qps) {
-		int cap = eng.cap_qps ? 2 * eng.cap_qps : 16;
+	pthread_mutex_unlock(&eng.lock);
+	if (err)
+		return err;
+	pthread_mutex_lock(&eng.qps_lock);
+	if (eng.n_qps + eng.n_quiet == eng.cap) {
+		int cap = eng.cap ? 2 * eng.cap : 16;
 		struct sv_qp **q = realloc(eng.qps, (size_t)cap * sizeof(*q));
 
-		if (q) {
+		if (q)
 			eng.qps = q;
-			eng.cap_qps = cap;
+		q = q ? realloc(eng.quiet, (size_t)cap * sizeof(*q)) : NULL;
+		if (q) {
+			eng.quiet = q;
+			eng.cap = cap;
 		} else {
 			err = -ENOMEM;
 		}
 	}
-	if (!err)
-		eng.qps[eng.n_qps++] = qp;
-	pthread_mutex_unlock(&eng.lock);
+	if (!err) {
+		atomic_store(&qp->eng_quiet, false);
+		list_add(eng.qps, &eng.n_qps, qp);
+	}
+	pthread_mutex_unlock(&eng.qps_lock);
 	return err;
 }
 
@@ -326,27 +363,91 @@ uint32_t sv_engine_bad_pkeys(void)
 {
 	uint32_t n = atomic_load(&bad_pkeys_gone);
 
-	pthread_mutex_lock(&eng.lock);
+	pthread_mutex_lock(&eng.qps_lock);
 	for (int i = 0; i < eng.n_qps; i++)
 		n += qp_bad_pkeys(eng.qps[i]);
-	pthread_mutex_unlock(&eng.lock);
+	for (int i = 0; i < eng.n_quiet; i++)
+		n += qp_bad_pkeys(eng.quiet[i]);
+	pthread_mutex_unlock(&eng.qps_lock);
 	return n;
 }
 
 void sv_engine_remove_qp(struct sv_qp *qp)
 {
-	pthread_mutex_lock(&eng.lock);
+	pthread_mutex_lock(&eng.qps_lock);
 	atomic_fetch_add(&bad_pkeys_gone, qp_bad_pkeys(qp));
-	for (int i = 0; i < eng.n_qps; i++) {
-		if (eng.qps[i] == qp) {
-			eng.qps[i] = eng.qps[--eng.n_qps];
-			break;
-		}
-	}
-	pthread_mutex_unlock(&eng.lock);
+	if (atomic_load(&qp->eng_quiet))
+		list_del(eng.quiet, &eng.n_quiet, qp);
+	else
+		list_del(eng.qps, &eng.n_qps, qp);
+	atomic_store(&qp->eng_quiet, false); /* a late wake finds nothing to do */
+	qp->eng_slot = -1;
+	pthread_mutex_unlock(&eng.qps_lock);
 	/* The progress thread may still hold a reference taken before we unlinked it. */
 	while (atomic_load(&qp->eng_ref))
 		sched_yield();
+}
+
+void sv_engine_wake_qp(struct sv_qp *qp)
+{
+	bool woken = false;
+
+	/* Relaxed: a wake that misses a QP going quiet at this moment is made good by the
+	 * thread's audit (AUDIT_NS); everything that wakes a QP is rare beside the posts and
+	 * polls it follows. */
+	if (!atomic_load_explicit(&qp->eng_quiet, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&eng.qps_lock);
+	if (atomic_load_explicit(&qp->eng_quiet, memory_order_relaxed) && qp->eng_slot >= 0) {
+		list_del(eng.quiet, &eng.n_quiet, qp);
+		list_add(eng.qps, &eng.n_qps, qp);
+		atomic_store_explicit(&qp->eng_quiet, false, memory_order_relaxed);
+		woken = true;
+	}
+	pthread_mutex_unlock(&eng.qps_lock);
+	/* The thread may be asleep, untimed: it must look at the QP now. */
+	if (woken && !in_progress_thread)
+		sv_engine_kick();
+}
+
+void sv_engine_rings(void (*scan)(void))
+{
+	eng.rings = scan;
+}
+
+/* Every quiet QP back in the passes (the audit). */
+static void wake_all(void)
+{
+	pthread_mutex_lock(&eng.qps_lock);
+	while (eng.n_quiet) {
+		struct sv_qp *qp = eng.quiet[eng.n_quiet - 1];
+
+		list_del(eng.quiet, &eng.n_quiet, qp);
+		list_add(eng.qps, &eng.n_qps, qp);
+		atomic_store_explicit(&qp->eng_quiet, false, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&eng.qps_lock);
+}
+
+/* Before the thread sleeps: the QPs the arming pass found idle go quiet. */
+static void quiet_idle(void)
+{
+	pthread_mutex_lock(&eng.qps_lock);
+	for (int i = 0; i < eng.n_qps;) {
+		struct sv_qp *qp = eng.qps[i];
+
+		/* Looked at again: the application may have moved it since the pass. */
+		if (qp->eng_may_quiet && !sv_qp_needs_timer(qp) &&
+		    !atomic_load_explicit(&qp->eng_ref, memory_order_relaxed)) {
+			qp->eng_may_quiet = false;
+			atomic_store_explicit(&qp->eng_quiet, true, memory_order_relaxed);
+			list_del(eng.qps, &eng.n_qps, qp);
+			list_add(eng.quiet, &eng.n_quiet, qp);
+			continue; /* the last one took its place */
+		}
+		i++;
+	}
+	pthread_mutex_unlock(&eng.qps_lock);
 }
 
 void sv_engine_kick(void)
@@ -378,14 +479,14 @@ static int pin_some(struct sv_qp **out, int start, int *total)
 {
 	int n = 0;
 
-	pthread_mutex_lock(&eng.lock);
+	pthread_mutex_lock(&eng.qps_lock);
 	*total = eng.n_qps;
 	for (int i = start; i < eng.n_qps && n < MAX_PINNED; i++) {
 		out[n] = eng.qps[i];
 		atomic_fetch_add(&out[n]->eng_ref, 1);
 		n++;
 	}
-	pthread_mutex_unlock(&eng.lock);
+	pthread_mutex_unlock(&eng.qps_lock);
 	return n;
 }
 
@@ -402,6 +503,17 @@ static bool polled_since(struct sv_qp *qp, uint32_t look)
 {
 	return look - atomic_load_explicit(&qp->polled_look, memory_order_relaxed) <= 1 &&
 	       look - atomic_load_explicit(&qp->placed_look, memory_order_relaxed) > 2;
+}
+
+/*
+ * Whether @qp, just armed, may leave the passes while the thread sleeps: its wire rings
+ * for it (and it has no second wire that does not), it needs no timer, and arming did
+ * arm it (a QP holding a message for want of a receive reports armed without it).
+ */
+static bool may_go_quiet(struct sv_qp *qp)
+{
+	return (qp->wire->caps & SV_WIRE_RINGS) && !qp->far && !sv_qp_needs_timer(qp) &&
+	       !sv_qp_recv_awaited(qp) && eng.rings;
 }
 
 static int wire_assist(struct sv_qp *qp)
@@ -424,6 +536,7 @@ static int pass_all(enum pass what, bool *timed)
 
 		for (int i = 0; i < n; i++) {
 			struct sv_qp *qp = qps[i];
+			bool armed;
 
 			switch (what) {
 			case PASS_WORK:
@@ -435,13 +548,18 @@ static int pass_all(enum pass what, bool *timed)
 					result += sv_qp_progress(qp);
 				break;
 			case PASS_ARM:
-				if (!sv_qp_arm(qp, true))
+				armed = sv_qp_arm(qp, true);
+				if (!armed)
 					result = 0;
+				qp->eng_may_quiet = armed && may_go_quiet(qp);
 				break;
 			case PASS_ARM_UNPOLLED:
+				qp->eng_may_quiet = false;
 				if (!polled_since(qp, look)) {
-					if (!sv_qp_arm(qp, false))
+					armed = sv_qp_arm(qp, false);
+					if (!armed)
 						result = 0;
+					qp->eng_may_quiet = armed && may_go_quiet(qp);
 				} else {
 					sv_qp_park(qp);
 				}
@@ -499,9 +617,40 @@ void sv_engine_serve(int timeout)
 	pthread_mutex_unlock(&eng.lock);
 }
 
+/* Quiet QPs: how many there are (0 once every QP is back in the passes). */
+static int quiet_count(void)
+{
+	int n;
+
+	pthread_mutex_lock(&eng.qps_lock);
+	n = eng.n_quiet;
+	pthread_mutex_unlock(&eng.qps_lock);
+	return n;
+}
+
+/*
+ * The QPs their wire rang for since the last look come back into the passes; and every
+ * AUDIT_NS all quiet QPs do, once: a wake that raced with a QP going quiet (the checks
+ * are relaxed, sv_engine_wake_qp) is made good within that time, never lost.
+ */
+#define AUDIT_NS 100000000ull
+static void quiet_look(uint64_t *last_audit)
+{
+	uint64_t now;
+
+	if (!quiet_count())
+		return;
+	eng.rings();
+	now = sv_now_ns();
+	if (now - *last_audit >= AUDIT_NS) {
+		*last_audit = now;
+		wake_all();
+	}
+}
+
 static void *progress_main(void *arg)
 {
-	uint64_t seen = 0, seen_at = 0, last_work = 0, last_sockets = 0;
+	uint64_t seen = 0, seen_at = 0, last_work = 0, last_sockets = 0, last_audit = 0;
 	bool busy = false;
 
 	(void)arg;
@@ -511,6 +660,7 @@ static void *progress_main(void *arg)
 		uint64_t polls, now;
 		int timeout;
 
+		quiet_look(&last_audit);
 		/* While the application busy-polls, its polls move the QPs they reach: this
 		 * thread leaves those alone. Chasing the same stream, it would take the CPU
 		 * the application needs (one CPU for both: a quarter of the message rate) and
@@ -559,8 +709,11 @@ static void *progress_main(void *arg)
 			}
 			continue;
 		}
-		timeout = busy || timed ? 1 : -1;
-		if (timeout > 0)
+		/* Asleep, the QPs that armed idle cost nothing: they leave the passes until
+		 * their wire rings (or the audit, AUDIT_NS on). */
+		quiet_idle();
+		timeout = busy || timed ? 1 : quiet_count() ? (int)(AUDIT_NS / 1000000) : -1;
+		if (busy || timed)
 			atomic_store(&may_sleep, false); /* a blocked transmit waits 1 ms at most */
 		sv_engine_serve(timeout);
 		atomic_store(&may_sleep, false);

@@ -60,7 +60,7 @@ int sv_engine_rearm(uint64_t id, uint32_t events);
 void sv_engine_park(uint64_t id);
 
 /* Locks a wire takes under the engine's: held around fork() after the engine's, and
- * made afresh in the child (each hook set once; up to four). */
+ * made afresh in the child (each hook set once; up to eight). */
 struct sv_fork_hooks {
 	void (*prepare)(void), (*parent)(void), (*child)(void);
 };
@@ -87,6 +87,18 @@ void sv_engine_serve(int timeout_ms);
  * not match one of this process's QPs (its wires count them), and UD datagrams dropped
  * for a wrong Q_Key. */
 uint32_t sv_engine_bad_pkeys(void);
+
+/*
+ * Idle QPs cost the progress thread nothing: when it goes to sleep, a QP that armed,
+ * needs no timer and is on a wire that rings (SV_WIRE_RINGS) goes quiet, out of its
+ * passes. It comes back when its wire rings for it (a peer's message, an answer), when
+ * the application moves it (a post, a poll, a state change) or it fails: each calls
+ * this. Any thread, any lock held (the engine's QP lock is taken last).
+ */
+void sv_engine_wake_qp(struct sv_qp *qp);
+/* A wire that rings: @scan, called by the progress thread after each wait, wakes the QPs
+ * rung for since (sv_engine_wake_qp). Set once. */
+void sv_engine_rings(void (*scan)(void));
 
 /* Pins @qp (it cannot be destroyed until unpinned). Caller holds the engine's lock or
  * another pin. */

@@ -249,6 +249,13 @@ struct sv_qp {
 	bool far_local;               /* this host's GIDs go on the far wire too (tests) */
 	struct sv_qp_pub pub;         /* what the wire and the responder read without qp->lock */
 	atomic_int eng_ref;           /* pinned by a poller or the progress thread */
+	/* Armed and left out of the progress thread's passes until its wire rings for it or
+	 * the application moves it (sv_engine_wake_qp); its place in the engine's list of
+	 * such QPs or of the others, and whether it may go quiet when the thread sleeps
+	 * (under the engine's QP lock) */
+	atomic_bool eng_quiet;
+	bool eng_may_quiet;
+	int eng_slot;
 	_Atomic uint32_t polled_look; /* sv_engine_look when a poller last moved it */
 	_Atomic uint32_t placed_look; /* ... when it last placed a peer's one-sided operation */
 	atomic_flag rx_busy;          /* the responder: one consumer of what arrives at a time */

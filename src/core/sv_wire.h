@@ -115,6 +115,9 @@ enum sv_wire_caps {
 	SV_WIRE_LATE = 1 << 7,    /* the payload is read after send returns (when the wire
 				   * writes it out): a message nobody acknowledges completes at
 				   * the wire's own ACK once it left, not when handed over */
+	SV_WIRE_RINGS = 1 << 8,   /* a QP armed stays armed, and the wire wakes it when work
+				   * comes (sv_engine_wake_qp): the progress thread may leave it
+				   * out of its passes while it is idle */
 };
 
 /* Whether a QP's peer can take a message now (sv_wire_ops.reach). */

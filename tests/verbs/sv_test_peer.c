@@ -783,13 +783,14 @@ static bool agent_has_qp(const struct tp_ep *ep, int qp, struct tp_rep *rep)
  * head, armed and size on cache lines of their own, then 2048 slots of 64 bytes, each a
  * sequence word and a message header whose first bytes are op, flags and a 16-bit slot
  * count. A process's segments lie in arenas, one per block of 256 QP numbers, each
- * at its number's place: (qpn % 256) strides of the segment's size rounded up to pages.
+ * at its number's place after the arena's header page: (qpn % 256) strides of the
+ * segment's size rounded up to pages.
  */
 enum {
 	SEG_MAGIC = 0x53565150, SEG_PAGE = 4096, PAGE_ACKED = 640, FIFO_HEAD = 64, FIFO_SIZE = 132,
 	FIFO_SLOTS = 192, SLOT = 64, N_SLOTS = 2048,
 	SEG_STRIDE = (SEG_PAGE + FIFO_SLOTS + N_SLOTS * SLOT + 4095) / 4096 * 4096,
-	ARENA_SEGS = 256,
+	ARENA_SEGS = 256, ARENA_HDR = 4096,
 };
 
 static bool safe_read(void *dst, const void *src, size_t len)
@@ -799,7 +800,7 @@ static bool safe_read(void *dst, const void *src, size_t len)
 	return process_vm_readv(getpid(), &l, 1, &r, 1, 0) == (ssize_t)len;
 }
 
-static unsigned char *find_segment_of(uint32_t qpn, pid_t owner)
+unsigned char *tp_find_segment(uint32_t qpn, pid_t owner)
 {
 	FILE *f = fopen("/proc/self/maps", "r");
 	unsigned char *found = NULL;
@@ -812,9 +813,10 @@ static unsigned char *find_segment_of(uint32_t qpn, pid_t owner)
 		uint32_t w[3];
 
 		if (!strstr(line, "softverbs-qps") || sscanf(line, "%lx-%lx", &lo, &hi) != 2 ||
-		    hi - lo < (unsigned long)ARENA_SEGS * SEG_STRIDE || !strstr(line, "rw"))
+		    hi - lo < ARENA_HDR + (unsigned long)ARENA_SEGS * SEG_STRIDE ||
+		    !strstr(line, "rw"))
 			continue;
-		lo += (unsigned long)(qpn % ARENA_SEGS) * SEG_STRIDE;
+		lo += ARENA_HDR + (unsigned long)(qpn % ARENA_SEGS) * SEG_STRIDE;
 		/* The agent's progress thread may be unmapping a segment whose QP went away:
 		 * read with process_vm_readv, which fails where a plain read would fault. */
 		if (!safe_read(w, (void *)lo, sizeof(w)))
@@ -829,7 +831,7 @@ static unsigned char *find_segment_of(uint32_t qpn, pid_t owner)
 /* The segment of the parent's QP @qpn, as we map it. */
 static unsigned char *find_segment(uint32_t qpn)
 {
-	return find_segment_of(qpn, getppid());
+	return tp_find_segment(qpn, getppid());
 }
 
 static bool safe_write(void *dst, const void *src, size_t len)
@@ -1030,7 +1032,7 @@ static void agent_hold_chunk(struct tp_ep *ep, const struct tp_req *q, struct tp
 {
 	const volatile unsigned char *last = ep->buf + q->a + q->b - 1;
 	unsigned char before;
-	unsigned char *seg = find_segment_of(ep->qp[q->qp]->qp_num, getpid());
+	unsigned char *seg = tp_find_segment(ep->qp[q->qp]->qp_num, getpid());
 	_Atomic uint64_t *claim, *done, *failed;
 	struct tp_rep watching = { .op = q->op };
 	long long end = tu_now_ms() + (long long)q->e;

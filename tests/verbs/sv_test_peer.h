@@ -261,6 +261,11 @@ const char *tp_status_str(const struct tp_peer *p);
  * SV_TEST_FILTER (a cmocka test name pattern), if set, to the tests about to run. */
 void tp_main(int argc, char **argv);
 
+/* The segment (its QP page) of QP @qpn of process @owner as this process maps it (an
+ * arena of @owner's: the shm wire's layout, src/wire/shm/shm_msg.h), or NULL. Read it
+ * with process_vm_readv: its owner may be unmapping it. */
+unsigned char *tp_find_segment(uint32_t qpn, pid_t owner);
+
 /*
  * Runs the calling test again in a fresh process: this program, with only that test
  * (SV_TEST_FILTER), so that nothing earlier tests did to the library's state in this

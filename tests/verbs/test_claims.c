@@ -870,14 +870,15 @@ static void *rogue_main(void *arg)
 	}
 	rep.qpn = q.dst_qpn;
 	rep.seg_len = SHM_QP_SEG_SIZE;
-	rep.map_len = SHM_SEG_STRIDE;
-	fds[0] = r->seg_fd = memfd_of(r->how == FORGE_SHORT_SEG ? SHM_SEG_STRIDE - 4096
-							       : SHM_SEG_STRIDE);
+	/* An arena of one segment: the header page, then the segment. */
+	rep.map_len = SHM_ARENA_HDR + SHM_SEG_STRIDE;
+	rep.seg_off = SHM_ARENA_HDR;
+	fds[0] = r->seg_fd = memfd_of(rep.map_len - (r->how == FORGE_SHORT_SEG ? 4096 : 0));
 	/* The page of an RC QP in RTS connected to the requester, in our partition, its
 	 * fifo empty (all zero): a peer a SEND is written to. */
 	{
 		struct shm_qp_page *pg = mmap(NULL, SHM_QP_PAGE_SIZE, PROT_READ | PROT_WRITE,
-					      MAP_SHARED, r->seg_fd, 0);
+					      MAP_SHARED, r->seg_fd, SHM_ARENA_HDR);
 
 		if (pg == MAP_FAILED)
 			return NULL;

@@ -202,6 +202,7 @@ int shm_conn_qp_add(struct sv_qp *qp, uint32_t *qpn)
 
 	sv_engine_fork_hooks(&qpn_lock); /* the QPN registry's lock is taken under ours */
 	sv_engine_fork_hooks(&links_hooks);
+	sv_engine_rings(shm_arena_rings);
 	sv_engine_lock();
 	/* (*qpn: a number another wire of the QP holds already, shm_qp_qp_take) */
 	if (fresh) {
@@ -386,6 +387,7 @@ static bool answer_has_shape(const struct attach_rep *rep, const int fds[3])
 {
 	return rep->seg_len == SHM_QP_SEG_SIZE && rep->map_len <= SHM_ARENA_BYTES &&
 	       rep->map_len % 4096 == 0 && rep->seg_off % 4096 == 0 &&
+	       rep->seg_off >= SHM_ARENA_HDR &&
 	       rep->seg_off <= rep->map_len - SHM_QP_SEG_SIZE && rep->map_len >= SHM_QP_SEG_SIZE &&
 	       sv_shared_holds(fds[0], rep->map_len) &&
 	       sv_shared_holds(fds[1], SV_MR_TABLE_BYTES) && fd_is_eventfd(fds[2]);
@@ -410,8 +412,14 @@ static struct shm_peer *local_attach(const struct attach_req *req, int *err)
 			*err = peer ? 0 : -ENOMEM;
 		}
 		if (peer) {
+			int fd;
+			uint64_t off;
+
 			peer->local = true;
 			peer->proc = shm_proc_self();
+			/* (the QP's arena is there: attach_answer found it) */
+			(void)shm_arena_locate(req->dst_qpn, &fd, &off);
+			peer->ring = (struct shm_arena_hdr *)((char *)shm_qp(qp)->seg - off);
 			peer->page = shm_qp(qp)->page;
 			peer->fifo = shm_qp(qp)->rx;
 			peer->mrs = to_svctx(qp->ibv.qp_base.context)->mrs->slots;
@@ -445,6 +453,7 @@ static struct shm_peer *peer_from_answer(const struct attach_rep *rep, int fds[3
 		peer->proc->wake_fd = fds[2]; /* the process's; later answers' copies close */
 		fds[2] = -1;
 	}
+	peer->ring = peer->map;
 	peer->page = (struct shm_qp_page *)((char *)peer->map + rep->seg_off);
 	peer->fifo = (struct shm_fifo *)((char *)peer->page + SHM_QP_PAGE_SIZE);
 	peer->proc_next = peer->proc->peers;
@@ -607,8 +616,12 @@ void shm_conn_disconnect(struct shm_peer *peer)
 
 void shm_conn_wake(struct shm_peer *peer)
 {
+	uint32_t i = peer->qpn & (SV_QPN_BLOCK - 1);
 	uint64_t one = 1;
 
+	/* Release: the owner's look after it takes the bit sees what we published. */
+	atomic_fetch_or_explicit(&peer->ring->ring[i / 64], 1ull << (i % 64),
+				 memory_order_release);
 	(void)!write(peer->proc->wake_fd, &one, sizeof(one));
 }
 
@@ -822,10 +835,12 @@ void shm_qp_peer_lost(struct sv_qp *qp, uint32_t peer_qpn, bool fatal)
 	if (fatal) {
 		/* A dead peer is fatal: async QP_FATAL, everything outstanding flushed. */
 		sv_qp_fail(qp, SV_ERR_EVENT(IBV_EVENT_QP_FATAL));
-		return;
+	} else {
+		/* A peer that left (destroyed or reset its QP) does not touch our QP, as on a
+		 * NIC: once what it sent before leaving is handled, work waiting for it fails as
+		 * if the retries ran out (timers). */
+		atomic_store(&shm_qp(qp)->peer_left, true);
 	}
-	/* A peer that left (destroyed or reset its QP) does not touch our QP, as on a NIC:
-	 * once what it sent before leaving is handled, work waiting for it fails as if the
-	 * retries ran out (timers). */
-	atomic_store(&shm_qp(qp)->peer_left, true);
+	/* Either way the progress thread has work with the QP, idle until now. */
+	sv_engine_wake_qp(qp);
 }

@@ -135,4 +135,17 @@ static_assert(offsetof(struct shm_qp_page, acked) == 640, "fixed layout (tests f
 /* Segments lie this far apart in a process's arena (whole pages). */
 #define SHM_SEG_STRIDE ((SHM_QP_SEG_SIZE + 4095) & ~(size_t)4095)
 
+/*
+ * The page at the start of an arena (one per block of 256 QP numbers), before its
+ * segments: a producer that finds a QP's fifo armed (its consumer asleep) sets the QP's
+ * bit (its number's last 8 bits) before it writes the owner's eventfd, so that the
+ * owner's progress thread looks at the QPs rung for and not at every idle one.
+ */
+struct shm_arena_hdr {
+	_Atomic uint64_t ring[4];
+};
+
+#define SHM_ARENA_HDR 4096 /* the first segment's offset */
+static_assert(sizeof(struct shm_arena_hdr) <= SHM_ARENA_HDR, "one page");
+
 #endif

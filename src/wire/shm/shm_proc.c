@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/sv_engine.h"
+#include "core/sv_obj.h"
 #include "util/sv_log.h"
 #include "util/sv_shared.h"
 #include "wire/sv_qpn.h"
@@ -85,7 +86,7 @@ int shm_arena_seg(uint32_t qpn, void **seg)
 	a = arena_of_block(qpn >> SV_QPN_BLOCK_BITS, true);
 	if (!a)
 		return errno ? -errno : -ENOMEM;
-	*seg = a->base + (size_t)(qpn & (SV_QPN_BLOCK - 1)) * SHM_SEG_STRIDE;
+	*seg = a->base + SHM_ARENA_HDR + (size_t)(qpn & (SV_QPN_BLOCK - 1)) * SHM_SEG_STRIDE;
 	/* All zeros, untouched: a late peer of the number's last QP may have written since
 	 * it went (it finds a QP in RESET before it writes, but may have looked before). */
 	seg_clear(*seg);
@@ -99,7 +100,7 @@ bool shm_arena_locate(uint32_t qpn, int *fd, uint64_t *off)
 	if (!a)
 		return false;
 	*fd = a->fd;
-	*off = (uint64_t)(qpn & (SV_QPN_BLOCK - 1)) * SHM_SEG_STRIDE;
+	*off = SHM_ARENA_HDR + (uint64_t)(qpn & (SV_QPN_BLOCK - 1)) * SHM_SEG_STRIDE;
 	return true;
 }
 
@@ -111,6 +112,35 @@ void shm_arena_release(uint32_t qpn, void *seg)
 	/* Its pages go back (and read as zeros: a peer that has not heard yet sees a QP in
 	 * RESET, which takes nothing). */
 	seg_clear(seg);
+}
+
+void shm_arena_rings(void)
+{
+	sv_engine_lock();
+	for (int i = 0; arenas_pid == getpid() && i < n_arenas; i++) {
+		struct shm_arena_hdr *h = (struct shm_arena_hdr *)arenas[i].base;
+
+		for (uint32_t k = 0; k < 4; k++) {
+			uint64_t bits;
+
+			if (!atomic_load_explicit(&h->ring[k], memory_order_relaxed))
+				continue;
+			/* Acquire: what the ringer published before is seen by the look. */
+			bits = atomic_exchange_explicit(&h->ring[k], 0, memory_order_acquire);
+			while (bits) {
+				uint32_t qpn = arenas[i].block << SV_QPN_BLOCK_BITS | k * 64 |
+					       (uint32_t)__builtin_ctzll(bits);
+				struct sv_qp *qp = sv_qpn_owner(qpn);
+
+				bits &= bits - 1;
+				/* (anyone may ring: a number of nobody, or of a QP on another
+				 * wire, is passed over) */
+				if (qp && qp->wire == &sv_wire_shm)
+					sv_engine_wake_qp(qp);
+			}
+		}
+	}
+	sv_engine_unlock();
 }
 
 /* --- maps: other processes' files ---------------------------------------------------------- */

@@ -41,7 +41,7 @@ enum {
 };
 
 /* One arena per block of QP numbers (shm_proc.c), a segment at its number's place. */
-#define SHM_ARENA_BYTES ((size_t)SV_QPN_BLOCK * SHM_SEG_STRIDE)
+#define SHM_ARENA_BYTES (SHM_ARENA_HDR + (size_t)SV_QPN_BLOCK * SHM_SEG_STRIDE)
 
 /* A process our peers live in (this one included), under the engine's lock but for
  * wake_fd and dead, which the data path reads. */
@@ -62,6 +62,7 @@ struct shm_peer {
 	pid_t pid;
 	uint32_t qpn;
 	void *map;            /* the arena as mapped (NULL: local) */
+	struct shm_arena_hdr *ring; /* the header of the arena the peer's segment is in */
 	struct shm_qp_page *page;
 	struct shm_fifo *fifo;
 	const struct sv_mr_entry *mrs; /* the peer context's key table, read-only */
@@ -120,6 +121,8 @@ int shm_arena_seg(uint32_t qpn, void **seg);
 bool shm_arena_locate(uint32_t qpn, int *fd, uint64_t *off);
 /* The QP of @qpn is gone: its segment's memory goes back. */
 void shm_arena_release(uint32_t qpn, void *seg);
+/* The progress thread's look at our arenas' rings (sv_engine_rings). */
+void shm_arena_rings(void);
 /* Maps @fd (@len bytes, @prot), or takes another reference to the mapping of the same
  * file: its address, or NULL. The caller closes @fd either way. */
 void *shm_map_get(int fd, size_t len, int prot);

@@ -143,7 +143,7 @@ enum garbage {
 	G_FOUR_GOOD,      /* four: the first three well shaped (the segment all zeros) */
 	G_SEG_UNSEALED,   /* the segment's memfd not sealed against shrinking */
 	G_TABLE_UNSEALED, /* nor the key table's */
-	G_SEG_OFF,        /* the segment's offset past the mapped length */
+	G_SEG_OFF,        /* the segment at offset 0, over the arena's header */
 	G_MAP_LEN,        /* a mapped length larger than any arena */
 	G_COUNT
 };
@@ -169,7 +169,7 @@ static const char *const g_name[G_COUNT] = {
 	"four descriptors, the first three well shaped",
 	"a segment that may shrink",
 	"a key table that may shrink",
-	"a segment past the mapped length",
+	"a segment over the arena's header",
 	"a mapped length larger than an arena",
 };
 
@@ -235,7 +235,8 @@ static void fake_answer(int c, const struct attach_req *req, enum garbage g)
 {
 	struct attach_rep rep = { .magic = ATTACH_MAGIC, .pid = getpid(), .qpn = req->dst_qpn,
 				  .seg_len = SHM_QP_SEG_SIZE, .seg_addr = 0x7f0000000000ull,
-				  .map_len = SHM_SEG_STRIDE };
+				  .map_len = SHM_ARENA_HDR + SHM_SEG_STRIDE,
+				  .seg_off = SHM_ARENA_HDR };
 	char cbuf[CMSG_SPACE(6 * sizeof(int))];
 	struct iovec iov = { &rep, sizeof(rep) };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
@@ -243,8 +244,8 @@ static void fake_answer(int c, const struct attach_req *req, enum garbage g)
 	struct cmsghdr *cm;
 
 	memset(cbuf, 0, sizeof(cbuf));
-	fds[0] = memfd_sealed(g == G_SEG_SHORT ? SHM_SEG_STRIDE - 1 :
-			      g == G_SIX_FDS   ? 4096 : SHM_SEG_STRIDE, g == G_SEG_UNSEALED);
+	fds[0] = memfd_sealed(g == G_SEG_SHORT ? rep.map_len - 1 :
+			      g == G_SIX_FDS   ? 4096 : rep.map_len, g == G_SEG_UNSEALED);
 	fds[1] = memfd_sealed(SV_MR_TABLE_BYTES, g == G_TABLE_UNSEALED);
 	fds[2] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	switch (g) {
@@ -261,7 +262,7 @@ static void fake_answer(int c, const struct attach_req *req, enum garbage g)
 		rep.status = -ENOENT;
 		break;
 	case G_SEG_OFF:
-		rep.seg_off = SHM_SEG_STRIDE;
+		rep.seg_off = 0; /* over the arena's header */
 		break;
 	case G_MAP_LEN:
 		rep.map_len = SHM_SEG_STRIDE * 257;
