@@ -41,7 +41,7 @@ static struct {
 	pthread_mutex_t qps_lock;
 	struct sv_qp **qps, **quiet;
 	int n_qps, n_quiet, cap;
-	void (*rings)(void); /* the wire that rings (sv_engine_rings) */
+	void (*_Atomic rings)(void); /* the wire that rings (sv_engine_rings) */
 } eng = { .lock = PTHREAD_MUTEX_INITIALIZER, .qps_lock = PTHREAD_MUTEX_INITIALIZER,
 	  .epfd = -1, .wake_fd = -1 };
 
@@ -412,7 +412,7 @@ void sv_engine_wake_qp(struct sv_qp *qp)
 
 void sv_engine_rings(void (*scan)(void))
 {
-	eng.rings = scan;
+	atomic_store(&eng.rings, scan);
 }
 
 /* Every quiet QP back in the passes (the audit). */
@@ -513,7 +513,8 @@ static bool polled_since(struct sv_qp *qp, uint32_t look)
 static bool may_go_quiet(struct sv_qp *qp)
 {
 	return (qp->wire->caps & SV_WIRE_RINGS) && !qp->far && !sv_qp_needs_timer(qp) &&
-	       !sv_qp_recv_awaited(qp) && eng.rings;
+	       !sv_qp_recv_awaited(qp) &&
+	       atomic_load_explicit(&eng.rings, memory_order_relaxed) != NULL;
 }
 
 static int wire_assist(struct sv_qp *qp)
@@ -640,7 +641,7 @@ static void quiet_look(uint64_t *last_audit)
 
 	if (!quiet_count())
 		return;
-	eng.rings();
+	atomic_load(&eng.rings)(); /* (set: a QP went quiet, may_go_quiet) */
 	now = sv_now_ns();
 	if (now - *last_audit >= AUDIT_NS) {
 		*last_audit = now;

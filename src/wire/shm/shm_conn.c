@@ -524,6 +524,11 @@ int shm_conn_connect(struct sv_qp *qp, uint32_t dest_qpn, struct shm_peer **out)
 	}
 	sv_engine_lock();
 	peer = peer_from_answer(&rep, fds, pid);
+	if (peer) {
+		/* Before the lock goes: a death of its process reads them (proc_died). */
+		peer->qpn = dest_qpn;
+		peer->our_qpn = req.src_qpn;
+	}
 	if (peer && keep) {
 		struct link *l = new_link(LINK_KEEPER, fd);
 
@@ -554,8 +559,10 @@ int shm_conn_connect(struct sv_qp *qp, uint32_t dest_qpn, struct shm_peer **out)
 done:
 	if (!peer)
 		return err;
-	peer->qpn = dest_qpn;
-	peer->our_qpn = req.src_qpn;
+	if (peer->local) { /* (a remote one's are set under the lock) */
+		peer->qpn = dest_qpn;
+		peer->our_qpn = req.src_qpn;
+	}
 	if (!peer->pid)
 		peer->pid = getpid();
 	peer->cma = copy_mode_cma(peer);

@@ -210,8 +210,12 @@ static struct shm_proc self = { .wake_fd = -1, .refs = 1 };
 
 struct shm_proc *shm_proc_self(void)
 {
-	self.pid = getpid();
-	self.wake_fd = sv_engine_wake_fd();
+	/* Written only when it changes (first use, a forked child): the data path reads
+	 * wake_fd without the lock. */
+	if (self.pid != getpid() || self.wake_fd != sv_engine_wake_fd()) {
+		self.pid = getpid();
+		self.wake_fd = sv_engine_wake_fd();
+	}
 	return &self;
 }
 
