@@ -186,6 +186,7 @@ static void links_atfork_child(void)
 		free(l);
 	}
 	links = NULL;
+	shm_arena_atfork_child();
 }
 
 int shm_conn_qp_add(struct sv_qp *qp, uint32_t *qpn)

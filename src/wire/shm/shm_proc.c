@@ -39,6 +39,21 @@ static struct arena *arenas;
 static int n_arenas;
 static pid_t arenas_pid; /* whose they are: a child of fork() makes its own */
 
+/* The rings of our arenas, for the progress thread to look at without the engine's
+ * lock (shm_arena_rings): appended, never moved; a child of fork() starts afresh
+ * (shm_arena_atfork_child). */
+enum { RINGS_MAX = 1024 };
+static struct {
+	struct shm_arena_hdr *_Atomic hdr[RINGS_MAX];
+	uint32_t block[RINGS_MAX];
+	atomic_int n;
+} rings;
+
+void shm_arena_atfork_child(void)
+{
+	atomic_store(&rings.n, 0); /* the parent's: its own thread looks at them */
+}
+
 static struct arena *arena_of_block(uint32_t block, bool create)
 {
 	struct arena *grown, *a;
@@ -68,6 +83,13 @@ static struct arena *arena_of_block(uint32_t block, bool create)
 		return NULL;
 	a->block = block;
 	n_arenas++;
+	if (atomic_load(&rings.n) < RINGS_MAX) {
+		int k = atomic_load(&rings.n);
+
+		rings.block[k] = block;
+		atomic_store(&rings.hdr[k], (struct shm_arena_hdr *)a->base);
+		atomic_store(&rings.n, k + 1); /* (past RINGS_MAX: its QPs never go quiet) */
+	}
 	return a;
 }
 
@@ -116,9 +138,10 @@ void shm_arena_release(uint32_t qpn, void *seg)
 
 void shm_arena_rings(void)
 {
-	sv_engine_lock();
-	for (int i = 0; arenas_pid == getpid() && i < n_arenas; i++) {
-		struct shm_arena_hdr *h = (struct shm_arena_hdr *)arenas[i].base;
+	int n = atomic_load_explicit(&rings.n, memory_order_acquire);
+
+	for (int i = 0; i < n; i++) {
+		struct shm_arena_hdr *h = atomic_load_explicit(&rings.hdr[i], memory_order_relaxed);
 
 		for (uint32_t k = 0; k < 4; k++) {
 			uint64_t bits;
@@ -127,8 +150,10 @@ void shm_arena_rings(void)
 				continue;
 			/* Acquire: what the ringer published before is seen by the look. */
 			bits = atomic_exchange_explicit(&h->ring[k], 0, memory_order_acquire);
+			/* The engine's lock keeps the QPs found by number alive. */
+			sv_engine_lock();
 			while (bits) {
-				uint32_t qpn = arenas[i].block << SV_QPN_BLOCK_BITS | k * 64 |
+				uint32_t qpn = rings.block[i] << SV_QPN_BLOCK_BITS | k * 64 |
 					       (uint32_t)__builtin_ctzll(bits);
 				struct sv_qp *qp = sv_qpn_owner(qpn);
 
@@ -138,9 +163,9 @@ void shm_arena_rings(void)
 				if (qp && qp->wire == &sv_wire_shm)
 					sv_engine_wake_qp(qp);
 			}
+			sv_engine_unlock();
 		}
 	}
-	sv_engine_unlock();
 }
 
 /* --- maps: other processes' files ---------------------------------------------------------- */

@@ -123,6 +123,7 @@ bool shm_arena_locate(uint32_t qpn, int *fd, uint64_t *off);
 void shm_arena_release(uint32_t qpn, void *seg);
 /* The progress thread's look at our arenas' rings (sv_engine_rings). */
 void shm_arena_rings(void);
+void shm_arena_atfork_child(void);
 /* Maps @fd (@len bytes, @prot), or takes another reference to the mapping of the same
  * file: its address, or NULL. The caller closes @fd either way. */
 void *shm_map_get(int fd, size_t len, int prot);
