@@ -15,6 +15,7 @@
 #include "wire/shm/shm_wire.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -94,8 +95,18 @@ static struct arena *arena_of_block(uint32_t block, bool create)
 }
 
 /* @seg's memory given back: it reads as zeros, and none of it is resident. */
-static void seg_clear(void *seg)
+/* @seg's memory in @a given back: it reads as zeros, and none of it is resident. The
+ * range is mapped afresh over itself (the same file range, at the same address): to
+ * every tool that watches memory (ThreadSanitizer, valgrind) it is new memory, as a
+ * segment of its own was, not the last QP's of that number. */
+static void seg_clear(const struct arena *a, void *seg)
 {
+	off_t off = (char *)seg - a->base;
+
+	if (!fallocate(a->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, SHM_SEG_STRIDE) &&
+	    mmap(seg, SHM_SEG_STRIDE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE,
+		 a->fd, off) == seg)
+		return;
 	if (madvise(seg, SHM_SEG_STRIDE, MADV_REMOVE))
 		memset(seg, 0, SHM_SEG_STRIDE); /* (a kernel without it: zeros, if resident) */
 }
@@ -111,7 +122,7 @@ int shm_arena_seg(uint32_t qpn, void **seg)
 	*seg = a->base + SHM_ARENA_HDR + (size_t)(qpn & (SV_QPN_BLOCK - 1)) * SHM_SEG_STRIDE;
 	/* All zeros, untouched: a late peer of the number's last QP may have written since
 	 * it went (it finds a QP in RESET before it writes, but may have looked before). */
-	seg_clear(*seg);
+	seg_clear(a, *seg);
 	return 0;
 }
 
@@ -128,12 +139,14 @@ bool shm_arena_locate(uint32_t qpn, int *fd, uint64_t *off)
 
 void shm_arena_release(uint32_t qpn, void *seg)
 {
+	struct arena *a = arena_of_block(qpn >> SV_QPN_BLOCK_BITS, false);
+
 	/* Only ours: an inherited QP's segment is the parent's, still in use. */
-	if (!arena_of_block(qpn >> SV_QPN_BLOCK_BITS, false))
+	if (!a)
 		return;
 	/* Its pages go back (and read as zeros: a peer that has not heard yet sees a QP in
 	 * RESET, which takes nothing). */
-	seg_clear(seg);
+	seg_clear(a, seg);
 }
 
 void shm_arena_rings(void)
