@@ -269,7 +269,7 @@ static bool copy_mode_cma(struct shm_peer *peer)
 		return false;
 	if (env && !strcmp(env, "cma"))
 		return true;
-	return process_vm_readv(peer->pid, &l, 1, &r, 1, 0) == (ssize_t)sizeof(magic) &&
+	return process_vm_readv(peer->proc->pid, &l, 1, &r, 1, 0) == (ssize_t)sizeof(magic) &&
 	       magic == SHM_QP_PAGE_MAGIC;
 }
 
@@ -413,14 +413,11 @@ static struct shm_peer *local_attach(const struct attach_req *req, int *err)
 			*err = peer ? 0 : -ENOMEM;
 		}
 		if (peer) {
-			int fd;
-			uint64_t off;
-
 			peer->local = true;
 			peer->proc = shm_proc_self();
-			/* (the QP's arena is there: attach_answer found it) */
-			(void)shm_arena_locate(req->dst_qpn, &fd, &off);
-			peer->ring = (struct shm_arena_hdr *)((char *)shm_qp(qp)->seg - off);
+			peer->qpn = req->dst_qpn;
+			peer->our_qpn = req->src_qpn;
+			peer->ring = (struct shm_arena_hdr *)((char *)shm_qp(qp)->seg - rep.seg_off);
 			peer->page = shm_qp(qp)->page;
 			peer->fifo = shm_qp(qp)->rx;
 			peer->mrs = to_svctx(qp->ibv.qp_base.context)->mrs->slots;
@@ -555,17 +552,10 @@ int shm_conn_connect(struct sv_qp *qp, uint32_t dest_qpn, struct shm_peer **out)
 	}
 	if (!peer)
 		return -ENOMEM;
-	peer->pid = pid;
 	peer->seg_addr = rep.seg_addr;
 done:
 	if (!peer)
 		return err;
-	if (peer->local) { /* (a remote one's are set under the lock) */
-		peer->qpn = dest_qpn;
-		peer->our_qpn = req.src_qpn;
-	}
-	if (!peer->pid)
-		peer->pid = getpid();
 	peer->cma = copy_mode_cma(peer);
 	*out = peer;
 	return 0;

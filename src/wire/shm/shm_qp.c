@@ -170,7 +170,7 @@ void *shm_qp_attach(struct sv_qp *qp, uint32_t qpn, void *conn, int err)
 		return peer;
 	s->peer = peer;
 	set_hint(s->peer_local, peer->local);
-	atomic_store(&s->peer_pid, peer->pid);
+	atomic_store(&s->peer_pid, peer->proc->pid);
 	return NULL;
 }
 

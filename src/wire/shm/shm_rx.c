@@ -291,7 +291,7 @@ static enum sv_rx rx_one(struct sv_qp *qp, const struct shm_msg *m, uint64_t pos
 		p.n_rs = m->aux < SV_IOV_MAX ? m->aux : SV_IOV_MAX;
 		shm_fifo_get(s->rx, pos, 0, rs, p.n_rs * (uint32_t)sizeof(rs[0]));
 		p.rs = rs;
-		p.pid = s->peer ? s->peer->pid : 0;
+		p.pid = s->peer ? s->peer->proc->pid : 0;
 		p.count = &qp->cnt.rx_cma_bytes;
 	}
 	return sv_resp_deliver(qp, &h, &p.p);
@@ -443,7 +443,7 @@ static bool assist_chunk(struct sv_qp *qp, struct shm_peer *peer, struct shm_ass
 	 * like the requester's own copies (the application orders its accesses by the
 	 * requester's completion, in another process).
 	 */
-	done = syscall(write ? SYS_process_vm_readv : SYS_process_vm_writev, peer->pid, &ours,
+	done = syscall(write ? SYS_process_vm_readv : SYS_process_vm_writev, peer->proc->pid, &ours,
 		       1ul, part, (unsigned long)k, 0ul);
 	return done == (ssize_t)n;
 }

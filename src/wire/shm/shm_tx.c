@@ -450,6 +450,7 @@ static enum ibv_wc_status tx_assisted(struct shm_qp *qp, struct shm_peer *peer,
 	uint64_t body = total - SHM_ASSIST_TAIL, now, spin_end;
 	uint32_t n = shm_assist_chunks(body), first, k, back = n, job;
 	bool fresh = !qp->assist_job;
+	pid_t pid = peer->proc->pid;
 	enum ibv_wc_status st;
 
 	*pending = false;
@@ -469,13 +470,13 @@ static enum ibv_wc_status tx_assisted(struct shm_qp *qp, struct shm_peer *peer,
 			break;
 		if (first + k >= n) {
 			/* Nobody took the end: ours through the tail, in one copy. */
-			st = copy_part(peer->pid, iov, n_iov, va, (uint64_t)first * SHM_ASSIST_CHUNK,
+			st = copy_part(pid, iov, n_iov, va, (uint64_t)first * SHM_ASSIST_CHUNK,
 				       total - (uint64_t)first * SHM_ASSIST_CHUNK, write);
 			qp->assist_job = 0;
 			qp->assist_helped = false;
 			return st;
 		}
-		st = copy_part(peer->pid, iov, n_iov, va, (uint64_t)first * SHM_ASSIST_CHUNK,
+		st = copy_part(pid, iov, n_iov, va, (uint64_t)first * SHM_ASSIST_CHUNK,
 			       (uint64_t)k * SHM_ASSIST_CHUNK, write);
 		if (st) {
 			shm_assist_close(a, job);
@@ -507,10 +508,10 @@ static enum ibv_wc_status tx_assisted(struct shm_qp *qp, struct shm_peer *peer,
 	qp->assist_helped = back < n;
 	st = IBV_WC_SUCCESS;
 	if (atomic_load_explicit(&a->failed, memory_order_relaxed) == job)
-		st = copy_part(peer->pid, iov, n_iov, va, (uint64_t)back * SHM_ASSIST_CHUNK,
+		st = copy_part(pid, iov, n_iov, va, (uint64_t)back * SHM_ASSIST_CHUNK,
 			       body - (uint64_t)back * SHM_ASSIST_CHUNK, write);
 	if (!st)
-		st = copy_part(peer->pid, iov, n_iov, va, body, total - body, write);
+		st = copy_part(pid, iov, n_iov, va, body, total - body, write);
 	return st;
 }
 
@@ -547,7 +548,7 @@ enum sv_direct shm_direct(struct sv_qp *qp, struct sv_send_wqe *w, const struct 
 			if (pending)
 				return SV_DIRECT_PENDING;
 		} else if (!st) {
-			st = shm_cma_copy(peer->pid, iov, n_iov, va, total, write);
+			st = shm_cma_copy(peer->proc->pid, iov, n_iov, va, total, write);
 		}
 		if (st && s->assist_job)
 			shm_direct_abandon(qp); /* the keys changed while it waited */
@@ -649,7 +650,7 @@ uint32_t shm_write_batch(struct sv_qp *qp, struct sv_batch_item *items, uint32_t
 	if (!may_place)
 		return 0; /* the ordinary path waits for those */
 	*acked = false;
-	done = process_vm_writev(peer->pid, local, (unsigned long)n_local, remote,
+	done = process_vm_writev(peer->proc->pid, local, (unsigned long)n_local, remote,
 				 (unsigned long)m, 0);
 	if (done < 0)
 		return 0; /* the ordinary path redoes the first and reports why */

@@ -5,8 +5,8 @@
 const struct sv_wire_ops sv_wire_shm = {
 	.name = "shm",
 	.seg_min = SHM_CHUNK, /* shm_seg_max cuts nothing smaller */
-	.caps = SV_WIRE_ACKED | SV_WIRE_RNR | SV_WIRE_ATOMICS | SV_WIRE_IMM | SV_WIRE_SEND_IMM | SV_WIRE_DIRECT |
-		SV_WIRE_ORDERED | SV_WIRE_RINGS,
+	.caps = SV_WIRE_ACKED | SV_WIRE_RNR | SV_WIRE_ATOMICS | SV_WIRE_IMM | SV_WIRE_SEND_IMM |
+		SV_WIRE_DIRECT | SV_WIRE_ORDERED | SV_WIRE_RINGS,
 	.qp_init = shm_qp_qp_init,
 	.qp_fini = shm_qp_qp_fini,
 	.qp_take = shm_qp_qp_take,

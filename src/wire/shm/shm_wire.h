@@ -59,7 +59,6 @@ struct shm_peer {
 	struct shm_proc *proc;
 	struct shm_peer *proc_next; /* in proc->peers (engine lock) */
 	bool local;           /* a QP of this process: nothing mapped for it */
-	pid_t pid;
 	uint32_t qpn;
 	void *map;            /* the arena as mapped (NULL: local) */
 	struct shm_arena_hdr *ring; /* the header of the arena the peer's segment is in */
