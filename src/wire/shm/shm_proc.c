@@ -10,7 +10,8 @@
  * - procs: the processes our peers live in: their engine's wake-up descriptor (one per
  *   process) and whether they died.
  *
- * Everything here is under the engine's lock.
+ * Everything here is under the engine's lock, but the progress thread's look at the
+ * rings (shm_arena_rings) and the fork hook.
  */
 #include "wire/shm/shm_wire.h"
 
@@ -24,7 +25,6 @@
 
 #include "core/sv_engine.h"
 #include "core/sv_obj.h"
-#include "util/sv_log.h"
 #include "util/sv_shared.h"
 #include "wire/sv_qpn.h"
 
@@ -38,11 +38,9 @@ struct arena {
 
 static struct arena *arenas;
 static int n_arenas;
-static pid_t arenas_pid; /* whose they are: a child of fork() makes its own */
 
 /* The rings of our arenas, for the progress thread to look at without the engine's
- * lock (shm_arena_rings): appended, never moved; a child of fork() starts afresh
- * (shm_arena_atfork_child). */
+ * lock (shm_arena_rings): appended, never moved. */
 enum { RINGS_MAX = 1024 };
 static struct {
 	struct shm_arena_hdr *_Atomic hdr[RINGS_MAX];
@@ -50,24 +48,22 @@ static struct {
 	atomic_int n;
 } rings;
 
+/* A child of fork() makes arenas of its own: the parent's are the parent's (their
+ * mappings stay, inherited QPs point there; its thread looks at their rings). */
 void shm_arena_atfork_child(void)
 {
-	atomic_store(&rings.n, 0); /* the parent's: its own thread looks at them */
+	for (int i = 0; i < n_arenas; i++)
+		close(arenas[i].fd);
+	free(arenas);
+	arenas = NULL;
+	n_arenas = 0;
+	atomic_store(&rings.n, 0);
 }
 
 static struct arena *arena_of_block(uint32_t block, bool create)
 {
 	struct arena *grown, *a;
 
-	if (arenas_pid != getpid()) {
-		/* Inherited: the parent's. Their mappings stay (inherited QPs point there). */
-		for (int i = 0; i < n_arenas; i++)
-			close(arenas[i].fd);
-		free(arenas);
-		arenas = NULL;
-		n_arenas = 0;
-		arenas_pid = getpid();
-	}
 	for (int i = 0; i < n_arenas; i++)
 		if (arenas[i].block == block)
 			return &arenas[i];
@@ -94,7 +90,6 @@ static struct arena *arena_of_block(uint32_t block, bool create)
 	return a;
 }
 
-/* @seg's memory given back: it reads as zeros, and none of it is resident. */
 /* @seg's memory in @a given back: it reads as zeros, and none of it is resident. The
  * range is mapped afresh over itself (the same file range, at the same address): to
  * every tool that watches memory (ThreadSanitizer, valgrind) it is new memory, as a

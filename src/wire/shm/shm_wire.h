@@ -113,7 +113,8 @@ struct shm_qp {
 
 static inline struct shm_qp *shm_qp(const struct sv_qp *qp);
 
-/* shm_proc.c: what is shared per process (engine lock held for each) */
+/* shm_proc.c: what is shared per process (engine lock held for each, but the rings'
+ * look, on the progress thread, and the fork hook) */
 /* Our segment for @qpn (its arena made if new): 0, or -errno. */
 int shm_arena_seg(uint32_t qpn, void **seg);
 /* The arena file and offset of @qpn's segment, for an attach answer. */
@@ -122,6 +123,7 @@ bool shm_arena_locate(uint32_t qpn, int *fd, uint64_t *off);
 void shm_arena_release(uint32_t qpn, void *seg);
 /* The progress thread's look at our arenas' rings (sv_engine_rings). */
 void shm_arena_rings(void);
+/* In a child of fork(): the parent's arenas are not ours (shm_conn.c's fork hook). */
 void shm_arena_atfork_child(void);
 /* Maps @fd (@len bytes, @prot), or takes another reference to the mapping of the same
  * file: its address, or NULL. The caller closes @fd either way. */
