@@ -233,9 +233,9 @@ int sv_verbs_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_r
 	if (qp->attr.qp_state == IBV_QPS_ERR)
 		sv_qp_flush_rq_locked(qp);
 	sv_spin_unlock(&qp->rq.lock);
+	sv_engine_wake_qp(qp); /* (an idle QP comes back into the progress thread's passes) */
 	/* A message held for want of a receive may go on now: wake the progress thread (a
 	 * system call only in this case: the sender is waiting on RNR). */
-	sv_engine_wake_qp(qp);
 	if (sv_qp_recv_awaited(qp))
 		sv_engine_kick();
 	if (err && bad)

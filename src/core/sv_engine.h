@@ -92,8 +92,10 @@ uint32_t sv_engine_bad_pkeys(void);
  * Idle QPs cost the progress thread nothing: when it goes to sleep, a QP that armed,
  * needs no timer and is on a wire that rings (SV_WIRE_RINGS) goes quiet, out of its
  * passes. It comes back when its wire rings for it (a peer's message, an answer), when
- * the application moves it (a post, a poll, a state change) or it fails: each calls
- * this. Any thread, any lock held (the engine's QP lock is taken last).
+ * the application posts to it or changes its state, or when its peer leaves or dies:
+ * each calls this. Anything else (a poll moves nothing a ring would not have woken) is
+ * made good by the thread's audit. Any thread, any lock held (the engine's QP lock is
+ * taken last).
  */
 void sv_engine_wake_qp(struct sv_qp *qp);
 /* A wire that rings: @scan, called by the progress thread after each wait, wakes the QPs
