@@ -609,9 +609,9 @@ static int lowest_free_fd(void)
  * softverbs takes QP numbers in blocks of 256, each claimed by binding a socket, with
  * the block's QP segments in one shared file; a QP holds no descriptor of its own. With
  * one descriptor left, a create succeeds while the claimed blocks have room, and once
- * they are full it fails for want of a new block: EMFILE. That failed create must free no QP number (it took
- * none: the number it would free was never set), so the QPs before it and the one
- * after, with descriptors back, all have numbers of their own.
+ * they are full it fails for want of a new block: EMFILE. That failed create must free
+ * no QP number (it took none: the number it would free was never set), so the QPs
+ * before it and the one after, with descriptors back, all have numbers of their own.
  */
 static void test_create_without_a_qpn_frees_no_number(void **state)
 {
