@@ -76,6 +76,17 @@ static void take_cur(struct sv_cq *cq)
 	cur_to_ex(cq);
 }
 
+/*
+ * Moves the work of @cq's QPs. A transmit it leaves waiting for room is the progress
+ * thread's to retry once the application stops polling (asleep on its channel, say): a
+ * thread about to sleep untimed is told, as after a post (sv_engine_blocked).
+ */
+static void move_qps(struct sv_cq *cq)
+{
+	if (sv_cq_progress(cq))
+		sv_engine_blocked();
+}
+
 /* The CQ lock is held from a successful start_poll to end_poll, as providers do. */
 static int cqx_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 {
@@ -84,7 +95,7 @@ static int cqx_start_poll(struct ibv_cq_ex *ibcq, struct ibv_poll_cq_attr *attr)
 	if (attr && attr->comp_mask)
 		return EINVAL;
 	if (sv_cq_empty(cq))
-		sv_cq_progress(cq);
+		move_qps(cq);
 	sv_engine_note_poll();
 	sv_spin_lock(&cq->lock);
 	if (sv_cq_empty(cq)) {
@@ -315,7 +326,7 @@ int sv_verbs_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	 * spent where the caller has its answer already): no thread hand-off on the fast
 	 * path. */
 	if (sv_cq_empty(cq))
-		sv_cq_progress(cq);
+		move_qps(cq);
 	got = sv_cq_poll(cq, n, wc);
 	sv_engine_note_poll();
 	return got;
@@ -358,7 +369,7 @@ static bool chan_wait(struct sv_comp_channel *chan)
 			pfd[1 + i] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
 		if (poll(pfd, (nfds_t)(1 + n), -1) > 0 && !(pfd[0].revents & POLLIN))
 			for (int i = 0; i < n_cqs; i++)
-				sv_cq_progress(cqs[i]);
+				move_qps(cqs[i]);
 	}
 	for (int i = 0; i < n_cqs; i++)
 		atomic_fetch_sub(&cqs[i]->usecnt, 1);

@@ -458,11 +458,12 @@ void sv_cq_wait_fds(struct sv_cq *cq, int *fds, int *n, int max)
 	sv_spin_unlock(&cq->qps_lock);
 }
 
-void sv_cq_progress(struct sv_cq *cq)
+bool sv_cq_progress(struct sv_cq *cq)
 {
 	struct sv_qp *pinned[16];
 	uint32_t look = atomic_load_explicit(&sv_engine_look, memory_order_relaxed);
 	int start = 0, total;
+	bool blocked = false;
 
 	/* Every QP of the CQ, 16 at a time (pinned while the list's lock is not held). */
 	do {
@@ -480,10 +481,12 @@ void sv_cq_progress(struct sv_cq *cq)
 			atomic_store_explicit(&pinned[i]->polled_look, look, memory_order_relaxed);
 			sv_qp_progress(pinned[i]);
 			move_local_peer(pinned[i]);
+			blocked |= sv_hint(pinned[i]->tx_blocked);
 			atomic_fetch_sub_explicit(&pinned[i]->eng_ref, 1, memory_order_release);
 		}
 		start += n;
 		if (!n)
 			break;
 	} while (start < total);
+	return blocked;
 }

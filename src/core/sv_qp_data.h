@@ -95,8 +95,9 @@ void sv_qp_park(struct sv_qp *qp);
 /* Work that waits for time to pass (RNR retries, a blocked transmit). */
 bool sv_qp_needs_timer(struct sv_qp *qp);
 
-/* poll_cq: moves the work of every QP that completes into @cq. */
-void sv_cq_progress(struct sv_cq *cq);
+/* poll_cq: moves the work of every QP that completes into @cq. True if it left one's
+ * transmit waiting for room (the caller tells the progress thread: sv_engine_blocked). */
+bool sv_cq_progress(struct sv_cq *cq);
 /* Adds to @fds (holding *@n of @max) the descriptors the QPs of @cq wait on (their
  * wires' wait_fd), each once. */
 void sv_cq_wait_fds(struct sv_cq *cq, int *fds, int *n, int max);

@@ -155,7 +155,10 @@ static bool hold_unreliable(struct sv_qp *qp, const struct sv_hdr *h)
 	if (!until) {
 		sv_set_hint(qp->hold_until, now + HOLD_NS);
 	} else if (now >= until) {
+		/* Nothing waits for a receive any more: the QP arms its wire again (sv_qp_arm),
+		 * or its next message would not wake the progress thread to drop it. */
 		sv_set_hint(qp->hold_until, 0);
+		sv_set_hint(qp->rnr_held, false);
 		qp->dropping = true;
 		return false;
 	}

@@ -10,10 +10,13 @@
  *   times what the receiver's fifo holds) all complete at the sender, the receiver counts
  *   them dropped (softverbs_query_qp_stats rx_dropped), and a datagram sent after it posts
  *   a receive arrives, with its data (IBA 9.7.5.1.5: unreliable service drops what finds
- *   no receive).
+ *   no receive); so too when the sender polls seldom or sleeps on its completion
+ *   channel, and the progress thread, moving the receiver alone, sleeps between
+ *   datagrams (a dropping receiver once armed nothing, and slept through the rest).
  */
 #include "verbs/sv_test_util.h"
 
+#include <poll.h>
 #include <softverbs/softverbs.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +26,8 @@ enum { LEN = 4096, GRH = 40, MANY = 100 };
 
 struct ud {
 	struct tu_res *res;
+	enum waits { BUSY, SLOW, CHANNEL } waits; /* how the sender waits for completions */
+	struct ibv_comp_channel *ch;              /* the sender's (CHANNEL) */
 	struct ibv_cq *scq, *rcq;
 	struct ibv_qp *a, *b;
 	struct ibv_ah *ah;
@@ -47,7 +52,7 @@ static struct ibv_qp *ud_qp(struct ud *u, struct ibv_cq *cq)
 	return qp;
 }
 
-static int setup(void **state)
+static int setup_with(void **state, enum waits waits)
 {
 	struct ud *u = calloc(1, sizeof(*u));
 	struct ibv_ah_attr ah;
@@ -56,7 +61,12 @@ static int setup(void **state)
 		return -1;
 	u->res = tu_res_open();
 	assert_non_null(u->res);
-	u->scq = ibv_create_cq(u->res->ctx, MANY + 4, NULL, NULL, 0);
+	u->waits = waits;
+	if (waits == CHANNEL) {
+		u->ch = ibv_create_comp_channel(u->res->ctx);
+		assert_non_null(u->ch);
+	}
+	u->scq = ibv_create_cq(u->res->ctx, MANY + 4, NULL, u->ch, 0);
 	u->rcq = ibv_create_cq(u->res->ctx, 8, NULL, NULL, 0);
 	assert_non_null(u->scq);
 	assert_non_null(u->rcq);
@@ -73,6 +83,21 @@ static int setup(void **state)
 	return 0;
 }
 
+static int setup(void **state)
+{
+	return setup_with(state, BUSY);
+}
+
+static int setup_slow(void **state)
+{
+	return setup_with(state, SLOW);
+}
+
+static int setup_channel(void **state)
+{
+	return setup_with(state, CHANNEL);
+}
+
 static int teardown(void **state)
 {
 	struct ud *u = *state;
@@ -83,6 +108,8 @@ static int teardown(void **state)
 	ibv_destroy_qp(u->b);
 	ibv_destroy_cq(u->scq);
 	ibv_destroy_cq(u->rcq);
+	if (u->ch)
+		ibv_destroy_comp_channel(u->ch);
 	free(u->buf);
 	tu_res_close(u->res);
 	free(u);
@@ -150,28 +177,58 @@ static uint64_t dropped(struct ibv_qp *qp)
 	return st.rx_dropped;
 }
 
-static void test_receiver_without_receives_drops_and_goes_on(void **state)
+/*
+ * The sender's send completions, all MANY of them within 10 s: busy-polled; polled once
+ * a millisecond (too seldom for the progress thread to judge the application busy: it
+ * sleeps whenever it finds nothing to do, while the polls move the sender); or waited for
+ * asleep on a channel. The receiver is the progress thread's alone.
+ */
+static void sends_complete(struct ud *u)
 {
-	struct ud *u = *state;
 	struct ibv_wc wc[MANY];
 	long long end = tu_now_ms() + 10000;
 	int done = 0;
+
+	while (done < MANY && tu_now_ms() < end) {
+		struct pollfd pfd = { .fd = u->ch ? u->ch->fd : -1, .events = POLLIN };
+		struct ibv_cq *ev_cq;
+		void *ev_ctx;
+		int n;
+
+		if (u->ch)
+			assert_int_equal(ibv_req_notify_cq(u->scq, 0), 0);
+		n = ibv_poll_cq(u->scq, MANY, wc);
+		assert_true(n >= 0);
+		for (int i = 0; i < n; i++)
+			assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
+		done += n;
+		if (u->waits == SLOW)
+			(void)poll(NULL, 0, 1);
+		if (u->waits != CHANNEL || n || done == MANY)
+			continue;
+		if (poll(&pfd, 1, (int)(end - tu_now_ms() > 0 ? end - tu_now_ms() : 0)) == 1) {
+			assert_int_equal(ibv_get_cq_event(u->ch, &ev_cq, &ev_ctx), 0);
+			ibv_ack_cq_events(ev_cq, 1);
+		}
+	}
+	if (done < MANY)
+		fail_msg("%d of %d datagrams completed at the sender in 10 s (%llu dropped)",
+			 done, MANY, (unsigned long long)dropped(u->b));
+}
+
+static void test_receiver_without_receives_drops_and_goes_on(void **state)
+{
+	struct ud *u = *state;
+	struct ibv_wc wc[1];
+	long long end;
 
 	for (int i = 0; i < MANY; i++)
 		send_one(u, 100 + (uint64_t)i, 0x11);
 	/* Every send completes (the receiver's fifo holds a third of them): none waits for
 	 * the receiver for good. */
-	while (done < MANY && tu_now_ms() < end) {
-		int n = ibv_poll_cq(u->scq, MANY, wc);
-
-		assert_true(n >= 0);
-		for (int i = 0; i < n; i++)
-			assert_int_equal(wc[i].status, IBV_WC_SUCCESS);
-		done += n;
-	}
-	if (done < MANY)
-		fail_msg("%d of %d datagrams completed at the sender in 10 s", done, MANY);
+	sends_complete(u);
 	/* The receiver (moved by its own polls too) drops them all, counted. */
+	end = tu_now_ms() + 10000;
 	while (dropped(u->b) < MANY && tu_now_ms() < end)
 		assert_int_equal(ibv_poll_cq(u->rcq, 1, wc), 0);
 	assert_int_equal(dropped(u->b), MANY);
@@ -190,6 +247,12 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_receiver_without_receives_drops_and_goes_on,
 						setup, teardown),
+		/* The progress thread sleeps between wake-ups, and must be woken by every
+		 * datagram the receiver is to drop once it stops keeping them. */
+		cmocka_unit_test_setup_teardown(test_receiver_without_receives_drops_and_goes_on,
+						setup_slow, teardown),
+		cmocka_unit_test_setup_teardown(test_receiver_without_receives_drops_and_goes_on,
+						setup_channel, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
