@@ -1260,6 +1260,19 @@ static void agent_do(struct tp_ep *ep, const struct tp_req *q, struct tp_rep *re
 				ep->qp[qp] = NULL;
 		}
 		break;
+	case TP_LEAVE_ON_RECV:
+		if (agent_has_qp(ep, qp, rep)) {
+			struct ibv_wc wc;
+
+			rep->rc = tu_poll(ep->rcq, 1, &wc, (int)q->a) == 1 ? 0 : -1;
+			if (!rep->rc) {
+				rep->v = wc.status;
+				rep->rc = ibv_destroy_qp(ep->qp[qp]);
+			}
+			if (!rep->rc)
+				ep->qp[qp] = NULL;
+		}
+		break;
 	case TP_MODIFY_STATE:
 		if (agent_has_qp(ep, qp, rep)) {
 			struct ibv_qp_attr a = { .qp_state = (enum ibv_qp_state)q->a };
@@ -1847,6 +1860,18 @@ int tp_hold_chunk_result(struct tp_peer *p, int *chunk)
 int tp_destroy_qp(struct tp_peer *p, int qp)
 {
 	return simple(p, TP_DESTROY_QP, qp, 0, 0);
+}
+
+int tp_leave_on_recv(struct tp_peer *p, int qp, int timeout_ms)
+{
+	struct tp_req *q = new_req(TP_LEAVE_ON_RECV, qp);
+
+	q->a = (uint64_t)timeout_ms;
+	send_req(p, q);
+	recv_rep(p, TP_LEAVE_ON_RECV, &rep_buf, timeout_ms + TP_WAIT_MS);
+	if (rep_buf.msg[0])
+		print_message("agent: %s\n", rep_buf.msg);
+	return rep_buf.rc ? -1 : (int)rep_buf.v;
 }
 
 int tp_modify_state(struct tp_peer *p, int qp, enum ibv_qp_state state)

@@ -334,6 +334,10 @@ uint32_t tp_srq_limit(struct tp_peer *p);
 /* Deregisters the agent's MR (and unmaps its buffer if @unmap): ibv_dereg_mr's return. */
 int tp_dereg_mr(struct tp_peer *p, bool unmap);
 int tp_destroy_qp(struct tp_peer *p, int qp);
+/* The agent polls its receive CQ (for at most @timeout_ms) and destroys QP @qp the
+ * moment a completion comes, as a program that leaves once it has its last message.
+ * Returns the completion's status, or -1 (none came, or the destroy failed). */
+int tp_leave_on_recv(struct tp_peer *p, int qp, int timeout_ms);
 int tp_modify_state(struct tp_peer *p, int qp, enum ibv_qp_state state);
 /*
  * @n fetch-and-adds of @add to (@raddr, @rkey) from the agent's QP @qp, at most @window
@@ -464,6 +468,7 @@ enum tp_op {
 	TP_SRQ_LIMIT,
 	TP_DEREG_MR,
 	TP_DESTROY_QP,
+	TP_LEAVE_ON_RECV,
 	TP_MODIFY_STATE,
 	TP_FAA_BURST,
 	TP_SCRIBBLE,

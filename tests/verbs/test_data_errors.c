@@ -16,6 +16,9 @@
  * - A peer killed with SIGKILL: our QPs enter Error within 1 s with IBV_EVENT_QP_FATAL,
  *   their WRs flushed, with nobody polling. A peer that destroys its QP does not put ours
  *   in Error; what waits for it, or is sent to it later, ends in IBV_WC_RETRY_EXC_ERR.
+ *   One that destroys its QP the moment its receive completes (a program that exits
+ *   once it has its last message) leaves that SEND of ours successful, as a NIC's
+ *   acknowledgement, sent before the receive completed, would.
  * - RC to a QP number nobody has: IBV_WC_RETRY_EXC_ERR.
  * - An MR deregistered (and unmapped) by its owner while the peer writes to it: the
  *   writes that come after fail with IBV_WC_REM_ACCESS_ERR; neither process crashes.
@@ -57,8 +60,8 @@ static struct tp_pair *rc_pair(void **state)
 	return x;
 }
 
-/* A new QP on each side, connected (the agent's with @peer_access), made the pair's. */
-static void renew(struct tp_pair *x, int peer_access)
+/* A new QP on each side, made the pair's, with what connects them (x->lc, x->pc). */
+static void new_qps(struct tp_pair *x)
 {
 	x->pq = tp_create_qp(&x->peer, &rc_opts);
 	tp_info(&x->peer, x->pq, &x->pi);
@@ -66,6 +69,12 @@ static void renew(struct tp_pair *x, int peer_access)
 	tp_ep_info(&x->ep, x->lq, &x->li);
 	tp_conn(&x->ep, &x->li, &x->pi, &x->lc);
 	tp_conn(&x->ep, &x->pi, &x->li, &x->pc);
+}
+
+/* A new QP on each side, connected (the agent's with @peer_access), made the pair's. */
+static void renew(struct tp_pair *x, int peer_access)
+{
+	new_qps(x);
 	x->pc.access = peer_access;
 	tp_pair_connect(x);
 }
@@ -409,6 +418,41 @@ static void test_peer_killed(void **state)
 	tp_expect_wc(x->ep.rcq, 10, IBV_WC_WR_FLUSH_ERR, W, NULL);
 	tp_expect_wc(x->ep.rcq, 11, IBV_WC_WR_FLUSH_ERR, W, NULL);
 	assert_int_equal(tp_ep_close(&x->ep), 0);
+}
+
+/*
+ * A peer that leaves the moment its receive completes (ibv_srq_pingpong's client after
+ * its last pong): the SEND it received succeeds here, every round. Over iWARP the SEND
+ * completes once placed, which a zero-length READ behind it asks; here an RDMA READ of
+ * ours goes first and, with ORD 1, holds that probe back until the READ's answer is in,
+ * so the peer may be gone before it comes: its goodbye says what it placed.
+ */
+static void test_peer_leaves_as_its_receive_completes(void **state)
+{
+	struct tp_pair *x = rc_pair(state);
+
+	/* A QP more on each side a round, up to what an endpoint holds (TP_MAX_QPS). */
+	for (int round = 0; round < TP_MAX_QPS - 1; round++) {
+		struct tp_wr w[2];
+		int st;
+
+		new_qps(x);
+		x->lc.max_rd_atomic = 1;
+		x->pc.max_dest_rd_atomic = 1; /* (an iWARP connection's ORD is the peer's IRD) */
+		tp_pair_connect(x);
+		w[0] = wr_to(x, 1, IBV_WR_RDMA_READ, 0, 64 * 1024, 256 * 1024);
+		w[1] = tp_wr1(2, IBV_WR_SEND, 128 * 1024, 512);
+		assert_int_equal(tp_post_recv(&x->peer, x->pq, 10, &(struct tp_sge){ 0, 512 }, 1),
+				 0);
+		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, w, 2, NULL), 0);
+		st = tp_leave_on_recv(&x->peer, x->pq, W);
+		if (st != IBV_WC_SUCCESS)
+			fail_msg("round %d: the peer's receive: %s", round,
+				 st < 0 ? "none" : ibv_wc_status_str((enum ibv_wc_status)st));
+		tp_expect_wc(x->ep.scq, 1, IBV_WC_SUCCESS, W, NULL);
+		tp_expect_wc(x->ep.scq, 2, IBV_WC_SUCCESS, W, NULL);
+	}
+	tp_pair_stop(x);
 }
 
 /* A peer that destroys its QP says so: ours stays as it was; only work that needs the
@@ -792,6 +836,7 @@ int main(int argc, char **argv)
 		T(test_rogue_peer_writes_garbage_into_our_fifo),
 		T(test_rogue_peer_forges_acknowledgements),
 		T(test_peer_destroys_its_qp),
+		T(test_peer_leaves_as_its_receive_completes),
 		T(test_rc_to_nonexistent_qpn),
 		T(test_mr_deregistered_while_peer_writes),
 		T(test_registered_memory_unmapped_by_its_owner),

@@ -54,11 +54,14 @@ bool iw_link_closed(struct iw_qp *iq, bool goodbye)
 		if (iw_tx_pending(iq))
 			return false;
 	}
-	upto = iq->adopted ? iw_tx_written(iq) : 0;
-
 	/* An rdma_cm stream the peer ended in order (a FIN after all we wrote: it read our
 	 * stream to its end) completes what TCP took of ours, as RFC 5040 §5.1 lets it and
-	 * kernel iWARP does; its placement probe may never be answered now. */
+	 * kernel iWARP does; its placement probe may never be answered now. A goodbye
+	 * completes what it says was placed: our last Send it took, and all before it
+	 * (the peer left right after its receive completed, before our probe behind that
+	 * Send reached it). */
+	upto = iq->adopted ? iw_tx_written(iq)
+	       : goodbye && iq->bye_placed ? iw_tx_placed(iq, iq->bye_placed) : 0;
 	if (upto) {
 		struct sv_hdr ack = { .op = SV_OP_ACK, .msn = upto, .src_qpn = iw_peer(iq) };
 

@@ -468,6 +468,26 @@ static void drain(int fd)
 
 static int poll_qp(struct sv_qp *qp);
 
+/*
+ * The goodbye names the last of the peer's Sends we placed, by its DDP header (as a
+ * Terminate names a segment, RFC 5040 §4.8): the peer completes it and all before it,
+ * as a NIC's acknowledgement would have, though the probe behind it finds us gone. Its
+ * length in @buf (IW_HDR_UNTAGGED), 0 if we placed none.
+ */
+static size_t bye_names(struct sv_qp *qp, struct iw_qp *iq, uint8_t *buf)
+{
+	struct iw_hdr h = { .opcode = IW_OP_SEND, .last = true, .qn = IW_QN_SEND };
+	int n;
+
+	sv_rx_lock(qp);
+	h.msn = iq->rx_ddp_msn[IW_QN_SEND] - 1;
+	sv_rx_unlock(qp);
+	if (!h.msn)
+		return 0;
+	n = iw_hdr_encode(buf, &h);
+	return n > 0 ? (size_t)n : 0;
+}
+
 static void disconnect(struct sv_qp *qp)
 {
 	struct iw_qp *iq = iw_of(qp);
@@ -484,16 +504,20 @@ static void disconnect(struct sv_qp *qp)
 	if ((atomic_load(&iq->link) == IW_LINK_UP || atomic_load(&iq->link) == IW_LINK_DIALING) &&
 	    !iq->adopted) {
 		struct iw_term bye = { IW_TERM_LLP, IW_ETYPE_MPA, IW_ECODE_MPA_CLOSED };
+		uint8_t last[IW_HDR_UNTAGGED];
+		size_t last_len;
 
 		/* What the peer asked and we have read answered first: the placement probe
 		 * behind its last Send (a NIC acknowledges a message before its receive
 		 * completes, so the peer's Send succeeds even when we leave at once; here
-		 * it would fail with RETRY_EXC_ERR: ibv_rc_pingpong's server, 1 MiB). */
+		 * it would fail with RETRY_EXC_ERR: ibv_rc_pingpong's server, 1 MiB). A
+		 * probe still on its way is answered by the goodbye (bye_names). */
 		if (atomic_load(&iq->link) == IW_LINK_UP)
 			(void)poll_qp(qp);
+		last_len = bye_names(qp, iq, last);
 
 		sv_spin_lock(&qp->sq.lock);
-		iw_tx_terminate(iq, &bye, NULL, 0);
+		iw_tx_terminate(iq, &bye, last, last_len);
 		sv_spin_unlock(&qp->sq.lock);
 	}
 	fd = iw_tx_take_fd(iq, 100);

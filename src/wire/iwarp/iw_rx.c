@@ -42,6 +42,7 @@ void iw_rx_reset(struct iw_qp *iq)
 	iq->rx_last_hdr_len = 0;
 	atomic_store(&iq->eof, false);
 	atomic_store(&iq->goodbye, false);
+	iq->bye_placed = 0;
 }
 
 /* The FPDU being delivered: where its bytes are, and its CRC so far. */
@@ -323,24 +324,23 @@ static void violation(struct iw_qp *iq, struct iw_term t, uint32_t hl)
 }
 
 /*
- * The core msn of the request a Terminate names by the DDP header it carries (RFC 5040
- * §4.8); without one, the first not yet known complete.
+ * The request of ours a Terminate (staged, @ih) names by the DDP header it carries (RFC
+ * 5040 §4.8), among those sent lately; NULL without one.
  */
-static uint32_t culprit(struct iw_qp *iq, const struct iw_hdr *ih)
+static const struct iw_sent *term_names(struct iw_qp *iq, const struct iw_hdr *ih)
 {
 	const uint8_t *p = iq->stage + iq->st_off + iw_op_info[IW_OP_TERMINATE].hdr_len;
 	uint32_t head = atomic_load_explicit(&iq->sent_head, memory_order_acquire);
-	uint32_t fallback = iq->acked_told + 1;
 	bool tagged;
 	uint32_t key = 0, qn = 0;
 	uint64_t to = 0;
 
 	if (!ih->term_hdr_len || !ih->term_hdr_ddp || ih->payload_len < IW_HDR_TAGGED)
-		return fallback;
+		return NULL;
 	p += 2; /* the offending segment's ULPDU_Length */
 	tagged = (p[0] & IW_DDP_T) != 0;
 	if (!tagged && ih->payload_len < IW_HDR_UNTAGGED)
-		return fallback;
+		return NULL;
 	if (tagged) {
 		key = iw_get32(p + 2);
 		to = iw_get64(p + 6);
@@ -354,9 +354,27 @@ static uint32_t culprit(struct iw_qp *iq, const struct iw_hdr *ih)
 		if (e->tagged != tagged || e->key != key)
 			continue;
 		if (tagged ? (to >= e->lo && (to < e->hi || to == e->lo)) : e->qn == qn)
-			return e->msn;
+			return e;
 	}
-	return fallback;
+	return NULL;
+}
+
+/* The core msn of the request a Terminate names; without one, the first not yet known
+ * complete. */
+static uint32_t culprit(struct iw_qp *iq, const struct iw_hdr *ih)
+{
+	const struct iw_sent *e = term_names(iq, ih);
+
+	return e ? e->msn : iq->acked_told + 1;
+}
+
+/* The peer's goodbye names the last of our Sends it placed (iw_qp.c disconnect): its core
+ * msn, or 0. */
+static uint32_t bye_placed(struct iw_qp *iq, const struct iw_hdr *ih)
+{
+	const struct iw_sent *e = term_names(iq, ih);
+
+	return e && !e->tagged && e->qn == IW_QN_SEND ? e->msn : 0;
 }
 
 /* The async event and the completion status a Terminate from the peer means. */
@@ -800,6 +818,7 @@ static int rx_one(struct iw_qp *iq, bool *placing)
 		if (ih.term_layer == IW_TERM_LLP && ih.term_etype == IW_ETYPE_MPA &&
 		    ih.term_ecode == IW_ECODE_MPA_CLOSED) {
 			/* The peer's goodbye: its QP left (iw_link_closed). */
+			iq->bye_placed = bye_placed(iq, &ih);
 			atomic_store(&iq->goodbye, true);
 			atomic_store(&iq->eof, true);
 			iq->st_off = iq->st_len = 0;

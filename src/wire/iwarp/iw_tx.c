@@ -675,7 +675,12 @@ uint32_t iw_tx_ackable(struct iw_qp *iq)
 
 uint32_t iw_tx_written(struct iw_qp *iq)
 {
-	uint32_t upto = atomic_load_explicit(&iq->tx_acked, memory_order_acquire), m;
+	return iw_tx_placed(iq, atomic_load_explicit(&iq->tx_acked, memory_order_acquire));
+}
+
+uint32_t iw_tx_placed(struct iw_qp *iq, uint32_t upto)
+{
+	uint32_t m;
 
 	if (first_waiting(&iq->rd_head, &iq->rd_tail, iq->rdq, &m) && sv_msn_le(m, upto))
 		upto = m - 1;

@@ -158,6 +158,8 @@ struct iw_qp {
 				       * clears it) */
 	uint64_t nudge_at;
 	_Atomic bool goodbye;         /* ... after saying goodbye (its QP left, not died) */
+	uint32_t bye_placed;          /* ... naming our last Send it placed: its core msn
+				       * (0: none named; rx_busy) */
 	_Atomic bool armed;
 
 	/* transmit (iw_tx.c) */
@@ -275,6 +277,8 @@ int iw_tx_take_fd(struct iw_qp *iq, int wait_ms);
 uint32_t iw_tx_ackable(struct iw_qp *iq);
 /* rx_busy: as iw_tx_ackable, without waiting for placement: what TCP took. */
 uint32_t iw_tx_written(struct iw_qp *iq);
+/* The same for what the peer says it placed, up to @upto. */
+uint32_t iw_tx_placed(struct iw_qp *iq, uint32_t upto);
 /* sq.lock: WRITEs wait to be known placed and no Read is out that will tell: queues a
  * zero-length Read Request (answered after them, RFC 5040 §5.5) within the ORD. */
 void iw_tx_probe(struct iw_qp *iq);
