@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 # bench/mpi.sh's plots.
 PACKAGES=(build-essential cmake pkg-config clang libclang-rt-14-dev libcmocka-dev
           libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest qperf libisal-dev
-          python3 python3-pyverbs iproute2 iputils-ping tshark
+          zlib1g-dev python3 python3-pyverbs iproute2 iputils-ping tshark
           ucx-utils libfabric-bin openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox)
 
 missing=()

@@ -20,16 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_check.h"
 #include "wire/iwarp/iw_mpa.h"
 #include "wire/iwarp/iw_proto.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                  \
-	do {                      \
-		if (!(c))         \
-			abort();  \
-	} while (0)
 
 /* The bits of a header the decoder does not look at (reserved). */
 static void mask_reserved(unsigned char *b, int n, uint8_t op)
