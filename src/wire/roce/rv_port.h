@@ -1,0 +1,86 @@
+/*
+ * UDP port 4791 shared by the processes of one user (IBA Annex A17: every RoCE v2 packet
+ * goes to that port, whatever its QP), with no daemon and no relay.
+ *
+ * Each process binds its own socket to [::]:4791 (0.0.0.0 where the host has no IPv6)
+ * with SO_REUSEPORT: the kernel makes the sockets of one user at one address a group and
+ * picks one socket of the group for each datagram. A classic BPF program attached to the
+ * group (SO_ATTACH_REUSEPORT_CBPF) picks by the datagram's first bytes: BTH bytes 5-6
+ * are the destination QPN's block (QPN >> 8, sv_qpn.h), and each block is one process's.
+ * The program returns the index of that process's socket in the group's array.
+ *
+ * What the kernel does, and what this file builds on (each pinned by test_rv_port):
+ * - the array holds the sockets in the order they were bound; when one closes, the last
+ *   takes its place;
+ * - an index past the array's end falls back to the group's hash (some socket);
+ * - only sockets of the same user join; another user's bind fails (EADDRINUSE), as
+ *   does ours when the kernel's rxe holds the port. SO_REUSEADDR is never set: with it a
+ *   later socket could take datagrams meant for the group.
+ *
+ * Who is where: a registry, one file per user and network namespace in /dev/shm (mode
+ * 0600, taken with flock while it changes), records each process's pid, the index it
+ * found for its socket and the blocks it owns. A process finds its index itself: it
+ * sends itself probes through loopback, one per index, each carrying the index the
+ * program is to pick (the program's first rule) and a nonce; the first of its own that
+ * comes back names its place. Whoever changes the registry writes the program anew from
+ * it. A process that leaves moves the last record into its place, as the kernel moves
+ * the last socket; one that died is found dead (its pid gone) by the next that looks,
+ * which does the same and bumps the membership's generation: every process then probes
+ * again (rv_port_stale). Until then a datagram may reach a process that does not own its
+ * block: the receiver drops it and counts it (a reliable QP retransmits it; UD may lose
+ * it, as a fabric being reconfigured loses packets) and probes again.
+ */
+#ifndef RV_PORT_H
+#define RV_PORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+	RV_PORT_BLOCKS = 56,   /* blocks one process steers to itself (more: strays) */
+	RV_PORT_PROCS = 256,   /* processes in the registry */
+	RV_PORT_PROBE = 0xff,  /* a probe's first byte: no IBA opcode (rv_decode drops it) */
+	RV_PORT_PROBE_LEN = 16,
+};
+
+struct rv_port;
+
+/*
+ * Opens this process's socket on @port (RV_PORT; tests use others), joins its user's
+ * group there and finds its place. 0 and *out, -EADDRINUSE when another user (or the
+ * kernel) holds the port, -EACCES when the registry is not ours, or -errno.
+ */
+int rv_port_open(uint16_t port, struct rv_port **out);
+/* Leaves the group (the last process takes our place) and closes the socket. */
+void rv_port_close(struct rv_port *p);
+
+/* The socket: non-blocking, IPv6 taking IPv4 too unless the host has no IPv6. */
+int rv_port_fd(const struct rv_port *p);
+/* Its index in the group, as last found (-1: not found). */
+int rv_port_index(const struct rv_port *p);
+
+/* Datagrams to QPN block @block come here from now on: 0, or -ENOSPC past
+ * RV_PORT_BLOCKS. */
+int rv_port_claim(struct rv_port *p, uint32_t block);
+void rv_port_release(struct rv_port *p, uint32_t block);
+
+/* What a datagram read from the socket is. */
+enum rv_port_dgram {
+	RV_DGRAM_OURS,  /* for a block of ours */
+	RV_DGRAM_PROBE, /* a probe: nothing to deliver */
+	RV_DGRAM_STRAY, /* for a block not ours: drop it, count it, rv_port_resteer */
+};
+enum rv_port_dgram rv_port_classify(struct rv_port *p, const void *buf, size_t len);
+
+/* Whether the group's membership changed since we last found our place. */
+bool rv_port_stale(struct rv_port *p);
+
+/*
+ * Finds our place again and writes the program anew from the registry (dead records
+ * pruned). Datagrams read meanwhile that are not our probes are dropped (@dropped: how
+ * many, may be NULL). 0 or -errno.
+ */
+int rv_port_resteer(struct rv_port *p, int *dropped);
+
+#endif

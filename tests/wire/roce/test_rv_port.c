@@ -1,0 +1,377 @@
+/*
+ * Port 4791 shared by one user's processes (src/wire/roce/rv_port.h), on a test port of
+ * its own (SV_TEST_RV_PORT, 24791 by default) so that nothing else on the host is
+ * touched. Members are forked children, each with its socket and a QPN block; the test
+ * sends them datagrams (a BTH naming a QPN of the block) from an ordinary UDP socket
+ * through loopback and asks each what it got.
+ *
+ * What is asserted, each with bounded waits:
+ * - alone, a process is index 0, gets the datagrams of its block (OURS) and sees those
+ *   of a block nobody owns as strays;
+ * - four processes find four distinct places, and every datagram reaches the owner of
+ *   its block: none stray;
+ * - one leaves (rv_port_close): the last takes its place, the program says so at once,
+ *   and the others still get every datagram of theirs, with nobody probing again;
+ * - one is killed: the first to look (rv_port_resteer, as after a stray) prunes it and
+ *   bumps the membership, the others see it (rv_port_stale) and find their places
+ *   again, and then every datagram reaches its owner;
+ * - a registry file that is not the user's alone is refused (-EACCES);
+ * - as root: another user's process cannot join (-EADDRINUSE) and the group goes on.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "wire/roce/rv_port.h"
+
+enum { MEMBERS = 4, PER_BLOCK = 50, WAIT_MS = 5000, BLOCK0 = 3000 };
+
+static uint16_t test_port(void)
+{
+	const char *e = getenv("SV_TEST_RV_PORT");
+
+	return (uint16_t)(e ? atoi(e) : 24791);
+}
+
+static long long now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* --- a member ----------------------------------------------------------------------------- */
+
+/* What the parent asks, and the member's answer. */
+struct cmd {
+	char op;        /* 'c' counts (when @want datagrams came, or after WAIT_MS), 'r'
+			 * resteer, 's' stale?, 'q' leave and exit */
+	int want;
+};
+struct ans {
+	int rc, index, ours, strays;
+};
+
+static void member(int ctl, uint32_t block, uid_t uid)
+{
+	struct rv_port *p;
+	struct ans a = { 0 };
+	struct cmd c;
+
+	if (uid && (setgid(uid) || setuid(uid)))
+		_exit(3);
+	a.rc = rv_port_open(test_port(), &p);
+	if (!a.rc)
+		a.rc = rv_port_claim(p, block);
+	a.index = a.rc ? -1 : rv_port_index(p);
+	if (write(ctl, &a, sizeof(a)) != sizeof(a) || a.rc)
+		_exit(a.rc ? 2 : 1);
+	for (;;) {
+		struct pollfd pfd[2] = { { rv_port_fd(p), POLLIN, 0 }, { ctl, POLLIN, 0 } };
+		uint8_t m[256];
+		ssize_t n;
+
+		if (poll(pfd, 2, -1) < 0)
+			_exit(1);
+		while ((n = recv(rv_port_fd(p), m, sizeof(m), MSG_DONTWAIT)) >= 0) {
+			switch (rv_port_classify(p, m, (size_t)n)) {
+			case RV_DGRAM_OURS:
+				a.ours++;
+				break;
+			case RV_DGRAM_STRAY:
+				a.strays++;
+				break;
+			case RV_DGRAM_PROBE:
+				break;
+			}
+		}
+		if (!(pfd[1].revents & (POLLIN | POLLHUP)))
+			continue;
+		if (read(ctl, &c, sizeof(c)) != sizeof(c))
+			_exit(0); /* the parent went */
+		switch (c.op) {
+		case 'c': {
+			long long end = now_ms() + WAIT_MS;
+
+			while (a.ours + a.strays < c.want && now_ms() < end) {
+				struct pollfd one = { rv_port_fd(p), POLLIN, 0 };
+
+				if (poll(&one, 1, 50) > 0 &&
+				    (n = recv(rv_port_fd(p), m, sizeof(m), MSG_DONTWAIT)) >= 0) {
+					enum rv_port_dgram d = rv_port_classify(p, m, (size_t)n);
+
+					a.ours += d == RV_DGRAM_OURS;
+					a.strays += d == RV_DGRAM_STRAY;
+				}
+			}
+			break;
+		}
+		case 'r':
+			a.rc = rv_port_resteer(p, NULL);
+			break;
+		case 's':
+			a.rc = rv_port_stale(p);
+			break;
+		case 'q':
+			rv_port_close(p);
+			_exit(0);
+		}
+		a.index = rv_port_index(p);
+		if (write(ctl, &a, sizeof(a)) != sizeof(a))
+			_exit(1);
+		a.ours = a.strays = 0;
+	}
+}
+
+struct kid {
+	pid_t pid;
+	int ctl;
+	uint32_t block;
+	int index;
+};
+
+/* Forks a member owning @block (as @uid if not 0); its first answer in *a. */
+static void spawn(struct kid *k, uint32_t block, uid_t uid, struct ans *a)
+{
+	int sv[2];
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	k->block = block;
+	k->pid = fork();
+	assert_true(k->pid >= 0);
+	if (!k->pid) {
+		close(sv[0]);
+		member(sv[1], block, uid);
+	}
+	close(sv[1]);
+	k->ctl = sv[0];
+	assert_int_equal(read(k->ctl, a, sizeof(*a)), sizeof(*a));
+	k->index = a->index;
+}
+
+static struct ans ask(struct kid *k, char op, int want)
+{
+	struct cmd c = { op, want };
+	struct ans a;
+
+	assert_int_equal(write(k->ctl, &c, sizeof(c)), sizeof(c));
+	assert_int_equal(read(k->ctl, &a, sizeof(a)), sizeof(a));
+	k->index = a.index;
+	return a;
+}
+
+static void reap(struct kid *k)
+{
+	struct cmd c = { 'q', 0 };
+	int st;
+
+	if (k->pid <= 0)
+		return;
+	(void)!write(k->ctl, &c, sizeof(c));
+	waitpid(k->pid, &st, 0);
+	close(k->ctl);
+	k->pid = 0;
+}
+
+/* @n datagrams through loopback to a QPN of @block: a BTH and 8 bytes, each from a
+ * socket of its own (another source port: where the program does not pick, the group's
+ * hash spreads them over its sockets). */
+static void send_to_block(uint32_t block, int n)
+{
+	struct sockaddr_in d = { .sin_family = AF_INET, .sin_port = htons(test_port()),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	uint32_t qpn = block << 8 | 0x11;
+	uint8_t m[20] = { 0x04, 0, 0xff, 0xff, 0, (uint8_t)(qpn >> 16), (uint8_t)(qpn >> 8),
+			  (uint8_t)qpn };
+
+	for (int i = 0; i < n; i++) {
+		int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+		assert_true(s >= 0);
+		assert_int_equal(sendto(s, m, sizeof(m), 0, (struct sockaddr *)&d, sizeof(d)),
+				 sizeof(m));
+		close(s);
+	}
+}
+
+/* Every live member gets exactly its PER_BLOCK, none a stray. */
+static void all_delivered(struct kid *k, int n, const char *when)
+{
+	for (int i = 0; i < n; i++)
+		if (k[i].pid > 0)
+			send_to_block(k[i].block, PER_BLOCK);
+	for (int i = 0; i < n; i++) {
+		struct ans a;
+
+		if (k[i].pid <= 0)
+			continue;
+		a = ask(&k[i], 'c', PER_BLOCK);
+		if (a.ours != PER_BLOCK || a.strays)
+			fail_msg("%s: member %d (index %d, block %u): %d of its %d datagrams, "
+				 "%d strays", when, i, a.index, k[i].block, a.ours, PER_BLOCK,
+				 a.strays);
+	}
+}
+
+/* --- the cases ---------------------------------------------------------------------------- */
+
+static void test_alone(void **state)
+{
+	struct kid k;
+	struct ans a;
+
+	(void)state;
+	spawn(&k, BLOCK0, 0, &a);
+	assert_int_equal(a.rc, 0);
+	assert_int_equal(a.index, 0);
+	send_to_block(BLOCK0, PER_BLOCK);
+	a = ask(&k, 'c', PER_BLOCK);
+	assert_int_equal(a.ours, PER_BLOCK);
+	assert_int_equal(a.strays, 0);
+	send_to_block(BLOCK0 + 77, 5); /* nobody's: by the hash, to the only socket */
+	a = ask(&k, 'c', 5);
+	assert_int_equal(a.ours, 0);
+	assert_int_equal(a.strays, 5);
+	reap(&k);
+}
+
+static void start_group(struct kid *k)
+{
+	bool seen[MEMBERS] = { false };
+
+	for (int i = 0; i < MEMBERS; i++) {
+		struct ans a;
+
+		spawn(&k[i], BLOCK0 + (uint32_t)i, 0, &a);
+		assert_int_equal(a.rc, 0);
+		if (a.index < 0 || a.index >= MEMBERS || seen[a.index])
+			fail_msg("member %d found index %d", i, a.index);
+		seen[a.index] = true;
+	}
+}
+
+static void test_group_leave(void **state)
+{
+	struct kid k[MEMBERS];
+
+	(void)state;
+	start_group(k);
+	all_delivered(k, MEMBERS, "four members");
+	/* The second leaves: the last takes its place, and the program says so already. */
+	reap(&k[1]);
+	all_delivered(k, MEMBERS, "after one left");
+	for (int i = 0; i < MEMBERS; i++)
+		reap(&k[i]);
+}
+
+static void test_group_crash(void **state)
+{
+	struct kid k[MEMBERS];
+	struct ans a;
+	int st;
+
+	(void)state;
+	start_group(k);
+	/* The first dies without a word: the kernel moves the last socket into its place;
+	 * the registry still lists it. */
+	kill(k[0].pid, SIGKILL);
+	waitpid(k[0].pid, &st, 0);
+	close(k[0].ctl);
+	k[0].pid = 0;
+	/* One member looks (a stray would make it): it prunes, and the others see it. */
+	a = ask(&k[1], 'r', 0);
+	assert_int_equal(a.rc, 0);
+	for (int i = 2; i < MEMBERS; i++) {
+		a = ask(&k[i], 's', 0);
+		if (a.rc != 1)
+			fail_msg("member %d does not see the membership changed", i);
+		assert_int_equal(ask(&k[i], 'r', 0).rc, 0);
+	}
+	{
+		bool seen[MEMBERS] = { false };
+
+		for (int i = 1; i < MEMBERS; i++) {
+			if (k[i].index < 0 || k[i].index >= MEMBERS - 1 || seen[k[i].index])
+				fail_msg("after the crash member %d is at index %d", i,
+					 k[i].index);
+			seen[k[i].index] = true;
+		}
+	}
+	all_delivered(k, MEMBERS, "after one was killed");
+	for (int i = 0; i < MEMBERS; i++)
+		reap(&k[i]);
+}
+
+static void test_registry_not_ours(void **state)
+{
+	struct stat ns;
+	char path[128];
+	struct rv_port *p;
+	int fd;
+
+	(void)state;
+	assert_int_equal(stat("/proc/self/ns/net", &ns), 0);
+	snprintf(path, sizeof(path), "/dev/shm/softverbs-roce-%u-%u-%lu",
+		 (unsigned)(test_port() + 1), (unsigned)geteuid(), (unsigned long)ns.st_ino);
+	unlink(path);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(fchmod(fd, 0666), 0); /* anyone may write it */
+	close(fd);
+	assert_int_equal(rv_port_open((uint16_t)(test_port() + 1), &p), -EACCES);
+	unlink(path);
+}
+
+static void test_other_user(void **state)
+{
+	struct kid mine, theirs;
+	struct ans a;
+	int st;
+
+	(void)state;
+	if (geteuid())
+		skip(); /* needs root to be another user */
+	spawn(&mine, BLOCK0, 0, &a);
+	assert_int_equal(a.rc, 0);
+	/* nobody (65534) cannot join root's group */
+	spawn(&theirs, BLOCK0 + 1, 65534, &a);
+	assert_int_equal(a.rc, -EADDRINUSE);
+	waitpid(theirs.pid, &st, 0);
+	close(theirs.ctl);
+	send_to_block(BLOCK0, PER_BLOCK);
+	a = ask(&mine, 'c', PER_BLOCK);
+	assert_int_equal(a.ours, PER_BLOCK);
+	reap(&mine);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_alone),
+		cmocka_unit_test(test_group_leave),
+		cmocka_unit_test(test_group_crash),
+		cmocka_unit_test(test_registry_not_ours),
+		cmocka_unit_test(test_other_user),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
