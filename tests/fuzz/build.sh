@@ -2,7 +2,6 @@
 # Builds the libFuzzer targets with clang (the normal build, gcc, never needs this):
 #   tests/fuzz/build.sh [OUTDIR] [TARGET...]   (default build-fuzz/, both targets)
 #   fuzz_iw_decode  the codec alone (iw_proto.c, iw_mpa.c, iw_crc.c)
-#   fuzz_udp_decode the UDP wire's datagram codec (udp_proto.c)
 #   fuzz_rv_decode  the RoCE v2 packet codec and ICRC check (rv_proto.c, rv_icrc.c)
 #   fuzz_iw_rx      the receive path of a real QP: links OUTDIR/lib/lib/libibverbs.so,
 #                   the whole library built with clang, ASan, UBSan and libFuzzer's
@@ -49,10 +48,6 @@ for t in "${targets[@]}"; do
       "$root/tests/fuzz/fuzz_iw_rx.c" "$root/src/wire/iwarp/iw_proto.c" \
       "$root/src/wire/iwarp/iw_crc.c" -L"$out/lib/lib" -Wl,-rpath,"$out/lib/lib" \
       -libverbs -lisal
-    ;;
-  fuzz_udp_decode)
-    "$CC" "${flags[@]}" -o "$out/fuzz_udp_decode" "$root/tests/fuzz/fuzz_udp_decode.c" \
-      "$root/src/wire/udp/udp_proto.c" -lisal
     ;;
   fuzz_rv_decode)
     "$CC" "${flags[@]}" -o "$out/fuzz_rv_decode" "$root/tests/fuzz/fuzz_rv_decode.c" \

@@ -356,7 +356,8 @@ int rv_port_open(uint16_t port, struct rv_port **out)
 	/* One group per user and network namespace (the port's), so one registry too. */
 	if (stat("/proc/self/ns/net", &ns))
 		ns.st_ino = 0;
-	snprintf(p->path, sizeof(p->path), "/dev/shm/softverbs-roce-%u-%u-%lu", (unsigned)port,
+	snprintf(p->path, sizeof(p->path), "%s/softverbs-roce-%u-%u-%lu",
+		 access("/dev/shm", W_OK) ? "/tmp" : "/dev/shm", (unsigned)port,
 		 (unsigned)geteuid(), (unsigned long)ns.st_ino);
 	err = open_socket(p);
 	if (err) {
@@ -423,6 +424,11 @@ void rv_port_close(struct rv_port *p)
 int rv_port_fd(const struct rv_port *p)
 {
 	return p->fd;
+}
+
+bool rv_port_v6(const struct rv_port *p)
+{
+	return p->v6;
 }
 
 int rv_port_index(const struct rv_port *p)

@@ -17,8 +17,8 @@
  *   does ours when the kernel's rxe holds the port. SO_REUSEADDR is never set: with it a
  *   later socket could take datagrams meant for the group.
  *
- * Who is where: a registry, one file per user and network namespace in /dev/shm (mode
- * 0600, taken with flock while it changes), records each process's pid, the index it
+ * Who is where: a registry, one file per user and network namespace in /dev/shm (/tmp
+ * where there is none; mode 0600, taken with flock while it changes), records each process's pid, the index it
  * found for its socket and the blocks it owns. A process finds its index itself: it
  * sends itself probes through loopback, one per index, each carrying the index the
  * program is to pick (the program's first rule) and a nonce; the first of its own that
@@ -57,6 +57,8 @@ void rv_port_close(struct rv_port *p);
 
 /* The socket: non-blocking, IPv6 taking IPv4 too unless the host has no IPv6. */
 int rv_port_fd(const struct rv_port *p);
+/* Whether it is IPv6 (taking IPv4 mapped too); else IPv4 only. */
+bool rv_port_v6(const struct rv_port *p);
 /* Its index in the group, as last found (-1: not found). */
 int rv_port_index(const struct rv_port *p);
 

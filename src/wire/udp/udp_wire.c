@@ -1,16 +1,17 @@
 /*
- * The UDP wire (udp_wire.h): a QPN block's socket, datagrams out with one sendmsg each,
- * datagrams in routed to the block's QPs and handed to the responder.
+ * The UDP wire (udp_wire.h): UD datagrams between hosts as RoCE v2 packets on UDP port
+ * 4791, through the process's socket on that port (src/wire/roce/rv_port.h: one user's
+ * processes share it, each gets the datagrams of its QPN blocks), one sendmsg each.
  *
- * Receiving: whichever QP of a block polls first reads the block's socket (a budget at a
- * time, under the block's mutex) and delivers what is its own, and another QP's too when
- * it can take that QP's responder role at once (as a NIC puts a datagram in the receive
- * queue it is for); else the datagram waits in that QP's queue until it polls. A
- * datagram the responder holds (its QP not in RTR yet) waits in the queue too. A full
- * queue (128) drops what comes: UD is unreliable, as a NIC's receive queue without room
- * is.
+ * Receiving: whichever UD QP of the process polls first reads the socket (a budget at a
+ * time, under the port's mutex), checks each datagram's ICRC, and delivers what is its
+ * own, and another QP's too when it can take that QP's responder role at once (as a NIC
+ * puts a datagram in the receive queue it is for); else the datagram waits in that QP's
+ * queue until it polls. A datagram the responder holds (its QP not in RTR yet) waits in
+ * the queue too. A full queue (128) drops what comes: UD is unreliable, as a NIC's
+ * receive queue without room is.
  *
- * No system call for nothing: a poll reads the socket only when the block's watch
+ * No system call for nothing: a poll reads the socket only when the port's watch
  * (edge-triggered, always armed: the progress thread's epoll) said that datagrams came
  * (`ready`), or while datagrams came lately (UDP_HOT_NS): a UD QP that talks only to its
  * host's QPs (shm) polls without a recvmsg, as the shm path must. A reader clears
@@ -19,7 +20,7 @@
  * the progress thread.
  *
  * Waking: arm() says idle only with the QP's queue empty and `ready` down (under the
- * block's mutex, as routing queues): a datagram already there keeps the thread awake,
+ * port's mutex, as routing queues): a datagram already there keeps the thread awake,
  * one arriving later fires the watch, which wakes it (it then polls every QP).
  */
 #include "wire/udp/udp_wire.h"
@@ -38,18 +39,22 @@
 #include "core/sv_obj.h"
 #include "core/sv_path.h"
 #include "util/sv_log.h"
+#include "wire/roce/rv_port.h"
+#include "wire/roce/rv_proto.h"
 #include "wire/sv_qpn.h"
-#include "wire/udp/udp_proto.h"
 
 enum {
 	UDP_QUEUE = 128, /* datagrams a QP keeps for its next poll (allocated when needed) */
 	UDP_BUDGET = 32, /* datagrams read per poll */
 	UDP_RCVBUF = 8 << 20, /* the socket's receive buffer asked for (grow_rcvbuf) */
+	UDP_PAYLOAD_MAX = 4096, /* one packet of the path MTU: a UD message (IBA 10.7.2.2) */
+	UDP_DGRAM_MAX = RV_HDR_MAX + UDP_PAYLOAD_MAX + 3 + RV_ICRC,
 };
 #define UDP_HOT_NS 1000000ull /* polls read the socket this long after a datagram */
+#define RESTEER_NS 1000000000ull /* a stray makes the port look again, this often at most */
 
 struct udp_dgram {
-	struct udp_pkt pkt;
+	struct rv_pkt pkt;
 	struct in6_addr src, dst; /* IPv6, or IPv4 mapped: the GIDs of the GRH */
 	uint32_t len;
 	uint8_t buf[UDP_DGRAM_MAX];
@@ -57,18 +62,12 @@ struct udp_dgram {
 
 struct udp_qp;
 
+/* A QPN block with UD QPs here: its QPs, by the number's low byte (port.lock). */
 struct udp_block {
 	struct udp_block *next;
 	uint32_t block;
-	int fd;
-	bool v6;        /* an IPv6 socket taking IPv4 too; else IPv4 only */
-	uint64_t watch; /* the engine's edge-triggered watch of fd */
-	atomic_bool ready; /* the watch saw datagrams come: a poll is to read */
-	_Atomic uint64_t hot_until; /* polls read until then (sv_now_ns) */
-	pthread_mutex_t lock; /* qps[], their queues, in */
 	struct udp_qp *qps[SV_QPN_BLOCK];
 	int n_qps;
-	struct udp_dgram in; /* the datagram being read */
 };
 
 struct udp_qp {
@@ -77,92 +76,69 @@ struct udp_qp {
 	uint32_t qpn;
 	uint32_t psn;            /* sq.lock */
 	_Atomic uint32_t bad_pkeys;
-	struct udp_dgram *queue; /* UDP_QUEUE, allocated when first needed; b->lock */
+	struct udp_dgram *queue; /* UDP_QUEUE, allocated when first needed; port.lock */
 	uint32_t head, tail;
 	_Atomic uint32_t queued; /* head - tail, for a poll's look without the lock */
 };
 
-static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER; /* blocks; above b->lock */
-static struct udp_block *blocks;
+/* The process's socket on the RoCE v2 port, open while it has UD QPs. */
+static struct {
+	pthread_mutex_t lock; /* the socket's reads, the blocks and their QPs, queues, in */
+	struct rv_port *rp;
+	int fd;
+	uint16_t port;
+	/* Datagrams longer than the route's MTU (up to 4096 bytes between softverbs hosts
+	 * over a 1500-byte link): sent from this second socket, IP fragmentation allowed
+	 * (opened at the first; its source port in frag_port). */
+	_Atomic int frag_fd;
+	uint16_t frag_port;
+	uint64_t watch; /* the engine's edge-triggered watch of fd */
+	atomic_bool ready; /* the watch saw datagrams come: a poll is to read */
+	_Atomic uint64_t hot_until; /* polls read until then (sv_now_ns) */
+	uint64_t resteer_at; /* when a stray may make the port look again (sv_now_ns) */
+	struct udp_block *blocks;
+	int n_qps;
+	struct rv_icrc_ids ids;
+	struct udp_dgram in; /* the datagram being read */
+} port = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1, .frag_fd = -1 };
+
+/* Above port.lock: opening and closing the port, adding and removing QPs. */
+static pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct udp_qp *udp_of(struct sv_qp *qp)
 {
 	return qp->far_qp;
 }
 
-static uint16_t port_base(void)
+/* RV_PORT, or SOFTVERBS_ROCE_PORT (tests, and hosts where the kernel's rxe holds 4791). */
+static uint16_t roce_port(void)
 {
-	const char *s = getenv("SOFTVERBS_UD_PORT");
+	const char *s = getenv("SOFTVERBS_ROCE_PORT");
 	char *end;
 	unsigned long v;
 
 	if (!s || !*s)
-		return UDP_DEFAULT_PORT_BASE;
+		return RV_PORT;
 	v = strtoul(s, &end, 10);
-	if (*end || v == 0 || v + SV_QPN_BLOCKS - 1 > 65535) {
+	if (*end || v == 0 || v > 65535) {
 		static _Atomic bool told;
 
 		if (!atomic_exchange(&told, true))
-			sv_warn("SOFTVERBS_UD_PORT=%s: not a port from 1 to %u; using %u", s,
-				65536 - SV_QPN_BLOCKS, UDP_DEFAULT_PORT_BASE);
-		return UDP_DEFAULT_PORT_BASE;
+			sv_warn("SOFTVERBS_ROCE_PORT=%s: not a port; using %u", s, RV_PORT);
+		return RV_PORT;
 	}
 	return (uint16_t)v;
 }
 
-static uint16_t block_port(uint32_t block)
-{
-	return (uint16_t)(port_base() + block);
-}
-
-/* --- blocks ---------------------------------------------------------------------------- */
+/* --- the port -------------------------------------------------------------------------- */
 
 /* The progress thread (engine lock): datagrams came; the pass that follows polls every
  * QP, and the application's polls read them too. */
 static void woken(void *arg, uint32_t events)
 {
-	struct udp_block *b = arg;
-
+	(void)arg;
 	(void)events;
-	atomic_store_explicit(&b->ready, true, memory_order_release);
-}
-
-static int open_socket(uint32_t block, bool *v6)
-{
-	int on = 1, off = 0, fd, err;
-
-	fd = socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	*v6 = fd >= 0;
-	if (fd >= 0) {
-		struct sockaddr_in6 sa = { .sin6_family = AF_INET6,
-					   .sin6_port = htons(block_port(block)),
-					   .sin6_addr = IN6ADDR_ANY_INIT };
-
-		if (!setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) &&
-		    !setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on)) &&
-		    !bind(fd, (struct sockaddr *)&sa, sizeof(sa)))
-			return fd;
-		err = -errno;
-		close(fd);
-		if (err != -EADDRNOTAVAIL && err != -EAFNOSUPPORT)
-			return err;
-	}
-	/* No IPv6 on this host: IPv4 only. */
-	fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	{
-		struct sockaddr_in sa = { .sin_family = AF_INET,
-					  .sin_port = htons(block_port(block)),
-					  .sin_addr.s_addr = htonl(INADDR_ANY) };
-
-		if (!setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof(on)) &&
-		    !bind(fd, (struct sockaddr *)&sa, sizeof(sa)))
-			return fd;
-	}
-	err = -errno;
-	close(fd);
-	return err;
+	atomic_store_explicit(&port.ready, true, memory_order_release);
 }
 
 /*
@@ -179,12 +155,94 @@ static void grow_rcvbuf(int fd)
 		(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &want, sizeof(want));
 }
 
-/* blocks_lock held: the block of @block, opened if it is not yet. */
+/* setup_lock: the port, opened if it is not yet. */
+static int port_open_locked(void)
+{
+	int on = 1, err;
+
+	if (port.rp)
+		return 0;
+	port.port = roce_port();
+	err = rv_port_open(port.port, &port.rp);
+	if (err)
+		return err;
+	port.fd = rv_port_fd(port.rp);
+	/* The destination address of each datagram: the GRH's destination GID. */
+	(void)setsockopt(port.fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on));
+	(void)setsockopt(port.fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof(on));
+	grow_rcvbuf(port.fd);
+	sv_engine_lock();
+	atomic_store(&port.ready, true); /* (whatever came before the watch) */
+	err = sv_engine_watch_edge_locked(port.fd, woken, NULL, &port.watch);
+	sv_engine_unlock();
+	if (err) {
+		rv_port_close(port.rp);
+		port.rp = NULL;
+		port.fd = -1;
+	}
+	return err;
+}
+
+/* setup_lock: the last UD QP left; the port is the user's other processes' alone. */
+static void port_close_locked(void)
+{
+	int frag = atomic_exchange(&port.frag_fd, -1);
+
+	sv_engine_lock();
+	sv_engine_unwatch_locked(port.watch);
+	sv_engine_unlock();
+	rv_port_close(port.rp);
+	port.rp = NULL;
+	port.fd = -1;
+	if (frag >= 0)
+		close(frag);
+}
+
+/*
+ * The socket for datagrams longer than the route's MTU, opened at the first (under
+ * some QP's sq.lock: one socket call, not blocking): an ephemeral port, fragmentation
+ * allowed. Such a datagram is not RoCE v2 as a NIC takes it (a NIC's MTU bounds UD, and
+ * its IP header's identification, which the ICRC covers, is the kernel's choice): a
+ * softverbs receiver, which solves for the identification, takes it. -1 if it cannot.
+ */
+static int frag_socket(void)
+{
+	struct sockaddr_storage ss = { .ss_family = rv_port_v6(port.rp) ? AF_INET6 : AF_INET };
+	socklen_t len = sizeof(ss);
+	int fd = atomic_load(&port.frag_fd), off = 0, dont = IP_PMTUDISC_DONT,
+	    dont6 = IPV6_PMTUDISC_DONT, expected = -1;
+
+	if (fd >= 0)
+		return fd;
+	fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	if ((ss.ss_family == AF_INET6 &&
+	     (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) ||
+	      setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &dont6, sizeof(dont6)))) ||
+	    setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof(dont)) ||
+	    bind(fd, (struct sockaddr *)&ss,
+		 ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+					  : sizeof(struct sockaddr_in)) ||
+	    getsockname(fd, (struct sockaddr *)&ss, &len)) {
+		close(fd);
+		return -1;
+	}
+	port.frag_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+							: ((struct sockaddr_in *)&ss)->sin_port);
+	if (!atomic_compare_exchange_strong(&port.frag_fd, &expected, fd)) {
+		close(fd); /* another QP's send opened it meanwhile */
+		return expected;
+	}
+	return fd;
+}
+
+/* port.lock: the block of @block, added if it is not yet. */
 static struct udp_block *block_get_locked(uint32_t block, int *err)
 {
 	struct udp_block *b;
 
-	for (b = blocks; b; b = b->next)
+	for (b = port.blocks; b; b = b->next)
 		if (b->block == block)
 			return b;
 	b = calloc(1, sizeof(*b));
@@ -192,53 +250,48 @@ static struct udp_block *block_get_locked(uint32_t block, int *err)
 		*err = -ENOMEM;
 		return NULL;
 	}
-	b->block = block;
-	b->fd = open_socket(block, &b->v6);
-	if (b->fd < 0) {
-		*err = b->fd;
-		free(b);
-		return NULL;
-	}
-	grow_rcvbuf(b->fd);
-	sv_engine_lock();
-	atomic_init(&b->ready, true); /* (whatever came before the watch) */
-	*err = sv_engine_watch_edge_locked(b->fd, woken, b, &b->watch);
-	sv_engine_unlock();
+	*err = rv_port_claim(port.rp, block);
 	if (*err) {
-		close(b->fd);
 		free(b);
 		return NULL;
 	}
-	pthread_mutex_init(&b->lock, NULL);
-	b->next = blocks;
-	blocks = b;
+	b->block = block;
+	b->next = port.blocks;
+	port.blocks = b;
 	return b;
 }
 
-/* blocks_lock held: the block's last QP left; its port is free again. */
+/* port.lock: the block's last QP left; its datagrams are nobody's here now. */
 static void block_put_locked(struct udp_block *b)
 {
-	struct udp_block **p = &blocks;
+	struct udp_block **p = &port.blocks;
 
 	while (*p != b)
 		p = &(*p)->next;
 	*p = b->next;
-	sv_engine_lock();
-	sv_engine_unwatch_locked(b->watch);
-	sv_engine_unlock();
-	close(b->fd);
-	pthread_mutex_destroy(&b->lock);
+	rv_port_release(port.rp, b->block);
 	free(b);
 }
 
-/* After fork() the child must not read its parent's sockets (nor hold their ports). */
+static struct udp_block *block_find_locked(uint32_t block)
+{
+	for (struct udp_block *b = port.blocks; b; b = b->next)
+		if (b->block == block)
+			return b;
+	return NULL;
+}
+
+/* After fork() the child must not read its parent's socket (nor steer its blocks). */
 static void forget_inherited(void)
 {
-	for (struct udp_block *b = blocks, *next; b; b = next) {
-		next = b->next;
-		close(b->fd);
-	}
-	blocks = NULL; /* the parent's QPs are not the child's: their state is left */
+	if (port.fd >= 0)
+		close(port.fd); /* the parent's registry record and blocks stay the parent's */
+	port.rp = NULL; /* (its memory is the parent's copy: left) */
+	port.fd = -1;
+	port.blocks = NULL;
+	port.n_qps = 0;
+	pthread_mutex_init(&port.lock, NULL);
+	pthread_mutex_init(&setup_lock, NULL);
 }
 
 static void at_fork_setup(void)
@@ -252,8 +305,8 @@ static int udp_qp_take(struct sv_qp *qp, uint32_t qpn)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	struct udp_qp *uq;
-	struct udp_block *b;
-	int err = 0;
+	struct udp_block *b = NULL;
+	int err;
 
 	if (qp->ibv.qp_base.qp_type != IBV_QPT_UD)
 		return -EINVAL;
@@ -263,17 +316,23 @@ static int udp_qp_take(struct sv_qp *qp, uint32_t qpn)
 		return -ENOMEM;
 	uq->qp = qp;
 	uq->qpn = qpn;
-	pthread_mutex_lock(&blocks_lock);
-	b = block_get_locked(qpn >> SV_QPN_BLOCK_BITS, &err);
-	if (b) {
-		pthread_mutex_lock(&b->lock);
-		b->qps[qpn & (SV_QPN_BLOCK - 1)] = uq;
-		b->n_qps++;
-		pthread_mutex_unlock(&b->lock);
-		uq->b = b;
-		qp->far_qp = uq;
+	pthread_mutex_lock(&setup_lock);
+	err = port_open_locked();
+	if (!err) {
+		pthread_mutex_lock(&port.lock);
+		b = block_get_locked(qpn >> SV_QPN_BLOCK_BITS, &err);
+		if (b) {
+			b->qps[qpn & (SV_QPN_BLOCK - 1)] = uq;
+			b->n_qps++;
+			port.n_qps++;
+			uq->b = b;
+			qp->far_qp = uq;
+		}
+		pthread_mutex_unlock(&port.lock);
+		if (!port.n_qps)
+			port_close_locked();
 	}
-	pthread_mutex_unlock(&blocks_lock);
+	pthread_mutex_unlock(&setup_lock);
 	if (!b) {
 		free(uq);
 		return err;
@@ -293,20 +352,23 @@ static void udp_qp_fini(struct sv_qp *qp)
 	struct udp_qp *uq = udp_of(qp);
 	struct udp_block *b = uq->b;
 
-	pthread_mutex_lock(&blocks_lock);
-	pthread_mutex_lock(&b->lock);
+	pthread_mutex_lock(&setup_lock);
+	pthread_mutex_lock(&port.lock);
 	b->qps[uq->qpn & (SV_QPN_BLOCK - 1)] = NULL; /* no datagram is routed to it now */
 	b->n_qps--;
-	pthread_mutex_unlock(&b->lock);
+	port.n_qps--;
+	if (!b->n_qps)
+		block_put_locked(b);
+	pthread_mutex_unlock(&port.lock);
 	/* A poll under way (the progress thread's, or a poller's) ends first. */
 	while (atomic_load(&qp->eng_ref))
 		sched_yield();
 	sv_rx_lock(qp);
 	qp->far_qp = NULL;
 	sv_rx_unlock(qp);
-	if (!b->n_qps)
-		block_put_locked(b);
-	pthread_mutex_unlock(&blocks_lock);
+	if (!port.n_qps)
+		port_close_locked();
+	pthread_mutex_unlock(&setup_lock);
 	free(uq->queue);
 	free(uq);
 }
@@ -327,10 +389,10 @@ static void udp_discard(struct sv_qp *qp)
 
 	if (!uq)
 		return;
-	pthread_mutex_lock(&uq->b->lock);
+	pthread_mutex_lock(&port.lock);
 	uq->head = uq->tail = 0;
 	atomic_store_explicit(&uq->queued, 0, memory_order_relaxed);
-	pthread_mutex_unlock(&uq->b->lock);
+	pthread_mutex_unlock(&port.lock);
 }
 
 /* --- sending --------------------------------------------------------------------------- */
@@ -378,20 +440,19 @@ static bool v4_mapped(const uint8_t gid[16])
 	return !memcmp(gid, prefix, sizeof(prefix));
 }
 
-/* Where a datagram to @gid goes on a socket of this family: false if it cannot. */
-static bool dest_addr(const struct udp_block *b, const uint8_t gid[16], uint32_t dest_qpn,
-		      struct sockaddr_storage *ss, socklen_t *len)
+/* Where a datagram to @gid goes on the port's socket: false if it cannot. */
+static bool dest_addr(const uint8_t gid[16], struct sockaddr_storage *ss, socklen_t *len)
 {
-	uint16_t port = htons(block_port(dest_qpn >> SV_QPN_BLOCK_BITS));
+	uint16_t to = htons(port.port);
 
 	memset(ss, 0, sizeof(*ss));
 	if (gid[0] == 0xfe && (gid[1] & 0xc0) == 0x80)
 		return false; /* link-local: which interface is not said (no scope) */
-	if (b->v6) {
+	if (rv_port_v6(port.rp)) {
 		struct sockaddr_in6 *sa = (struct sockaddr_in6 *)ss;
 
 		sa->sin6_family = AF_INET6;
-		sa->sin6_port = port;
+		sa->sin6_port = to;
 		memcpy(&sa->sin6_addr, gid, 16);
 		*len = sizeof(*sa);
 		return true;
@@ -402,7 +463,7 @@ static bool dest_addr(const struct udp_block *b, const uint8_t gid[16], uint32_t
 		struct sockaddr_in *sa = (struct sockaddr_in *)ss;
 
 		sa->sin_family = AF_INET;
-		sa->sin_port = port;
+		sa->sin_port = to;
 		memcpy(&sa->sin_addr, gid + 12, 4);
 		*len = sizeof(*sa);
 	}
@@ -412,9 +473,9 @@ static bool dest_addr(const struct udp_block *b, const uint8_t gid[16], uint32_t
 /* The datagram leaves from the AH's source GID (as RoCE v2's source IP address), not
  * from whichever address the route would pick; when the two GIDs are not of one family
  * (an IPv4 source to an IPv6 destination) there is no such IP packet, and the route
- * picks. */
-static void from_addr(const struct udp_block *b, const uint8_t sgid[16], const uint8_t dgid[16],
-		      struct msghdr *msg, char *buf, size_t len)
+ * picks (the ICRC, made for the GID, is then wrong: the receiver drops it). */
+static void from_addr(const uint8_t sgid[16], const uint8_t dgid[16], struct msghdr *msg,
+		      char *buf, size_t len)
 {
 	const uint8_t *gid = sgid;
 	struct cmsghdr *c;
@@ -424,7 +485,7 @@ static void from_addr(const struct udp_block *b, const uint8_t sgid[16], const u
 	msg->msg_control = buf;
 	msg->msg_controllen = len;
 	c = CMSG_FIRSTHDR(msg);
-	if (b->v6) {
+	if (rv_port_v6(port.rp)) {
 		struct in6_pktinfo pi = { .ipi6_ifindex = 0 };
 
 		memcpy(&pi.ipi6_addr, gid, 16);
@@ -445,29 +506,42 @@ static void from_addr(const struct udp_block *b, const uint8_t sgid[16], const u
 	}
 }
 
+/* The ICRC's view of a datagram between two GIDs, to or from the port. */
+static void path_of(struct rv_path *path, const uint8_t src[16], const uint8_t dst[16],
+		    uint16_t sport)
+{
+	memset(path, 0, sizeof(*path));
+	path->v6 = !v4_mapped(dst);
+	memcpy(path->src, path->v6 ? src : src + 12, path->v6 ? 16 : 4);
+	memcpy(path->dst, path->v6 ? dst : dst + 12, path->v6 ? 16 : 4);
+	path->sport = sport;
+	path->dport = port.port;
+}
+
 /*
- * sq.lock: one datagram. The core's payload starts with the GRH it built (SV_F_GRH):
- * its destination GID says where to; the GRH itself does not go (RoCE v2's IP header is
- * the kernel's). A datagram that cannot go (no route, link-local) is lost, as UD loses
- * it; a full socket buffer is -EAGAIN.
+ * sq.lock: one datagram, a UD SEND Only (with Immediate) of RoCE v2. The core's payload
+ * starts with the GRH it built (SV_F_GRH): its GIDs say from where and to where; the GRH
+ * itself does not go (RoCE v2's IP header is the kernel's). A datagram that cannot go
+ * (no route, link-local) is lost, as UD loses it; a full socket buffer is -EAGAIN.
  */
 static int udp_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov, int n_iov)
 {
 	struct udp_qp *uq = udp_of(qp);
-	uint8_t grh[SV_UD_GRH], hdr[UDP_HDR_MAX], trailer[3 + UDP_ICRC] = { 0 };
+	uint8_t grh[SV_UD_GRH], hdr[RV_HDR_MAX], trailer[3 + RV_ICRC] = { 0 };
 	union {
 		char buf[CMSG_SPACE(sizeof(struct in6_pktinfo))];
 		struct cmsghdr align;
 	} ctl = { 0 };
 	struct iovec out[SV_IOV_MAX + 3];
 	struct sockaddr_storage ss;
-	struct udp_pkt pkt;
+	struct rv_path path;
+	struct rv_pkt pkt;
 	struct msghdr msg = { 0 };
 	uint64_t skip = SV_UD_GRH, got = 0;
-	uint32_t pad, crc;
+	uint32_t len;
+	uint8_t pad;
 	socklen_t ss_len;
-	size_t hdr_len;
-	int n = 1;
+	int n = 1, hdr_len;
 
 	if (!uq || h->op != SV_OP_SEND || !(h->flags & SV_F_GRH) || h->len < SV_UD_GRH ||
 	    h->len - SV_UD_GRH > UDP_PAYLOAD_MAX || n_iov > SV_IOV_MAX)
@@ -479,21 +553,23 @@ static int udp_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec
 		memcpy(grh + got, iov[i].iov_base, k);
 		got += k;
 	}
-	if (got < SV_UD_GRH || !dest_addr(uq->b, grh + 24, h->dest_qpn, &ss, &ss_len))
+	if (got < SV_UD_GRH || !dest_addr(grh + 24, &ss, &ss_len))
 		return 0;
-	pkt = (struct udp_pkt){
-		.opcode = (h->flags & SV_F_IMM) ? UDP_OP_SEND_ONLY_IMM : UDP_OP_SEND_ONLY,
-		.solicited = h->flags & SV_F_SOLICITED,
+	len = h->len - SV_UD_GRH;
+	pkt = (struct rv_pkt){
+		.opcode = RV_UD | ((h->flags & SV_F_IMM) ? RV_SEND_ONLY_IMM : RV_SEND_ONLY),
+		.se = h->flags & SV_F_SOLICITED,
 		.pkey = (uint16_t)atomic_load_explicit(&qp->pub.pkey, memory_order_relaxed),
 		.dest_qpn = h->dest_qpn,
-		.psn = uq->psn++,
+		.psn = uq->psn++ & RV_PSN_MASK,
 		.qkey = h->qkey,
 		.src_qpn = h->src_qpn,
-		.imm = h->imm,
-		.len = h->len - SV_UD_GRH,
+		.imm_be = h->imm,
 	};
-	hdr_len = udp_encode_hdr(&pkt, hdr);
-	out[0] = (struct iovec){ .iov_base = hdr, .iov_len = hdr_len };
+	hdr_len = rv_encode(hdr, &pkt, len);
+	if (hdr_len < 0)
+		return 0;
+	out[0] = (struct iovec){ .iov_base = hdr, .iov_len = (size_t)hdr_len };
 	for (int i = 0; i < n_iov; i++) { /* the payload after the GRH */
 		if (iov[i].iov_len <= skip) {
 			skip -= iov[i].iov_len;
@@ -503,18 +579,27 @@ static int udp_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec
 					   .iov_len = iov[i].iov_len - skip };
 		skip = 0;
 	}
-	pad = udp_pad_of(pkt.len);
-	crc = udp_crc(hdr, hdr_len, &out[1], n - 1, pad);
-	for (int i = 0; i < UDP_ICRC; i++)
-		trailer[pad + (uint32_t)i] = (uint8_t)(crc >> (8 * i));
-	out[n++] = (struct iovec){ .iov_base = trailer, .iov_len = pad + UDP_ICRC };
+	pad = rv_pad_len(len);
+	out[n++] = (struct iovec){ .iov_base = trailer, .iov_len = pad };
+	path_of(&path, grh + 8, grh + 24, port.port);
+	rv_icrc_put(trailer + pad, rv_icrc(&path, out, n));
+	out[n - 1].iov_len = pad + RV_ICRC;
 	msg.msg_name = &ss;
 	msg.msg_namelen = ss_len;
 	msg.msg_iov = out;
 	msg.msg_iovlen = (size_t)n;
-	from_addr(uq->b, grh + 8, grh + 24, &msg, ctl.buf, sizeof(ctl.buf));
-	if (sendmsg(uq->b->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+	from_addr(grh + 8, grh + 24, &msg, ctl.buf, sizeof(ctl.buf));
+	if (sendmsg(port.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
 		return 0;
+	if (errno == EMSGSIZE && frag_socket() >= 0) {
+		/* Longer than the route's MTU: in fragments, from the other socket. */
+		out[n - 1].iov_len = pad;
+		path.sport = port.frag_port;
+		rv_icrc_put(trailer + pad, rv_icrc(&path, out, n));
+		out[n - 1].iov_len = pad + RV_ICRC;
+		if (sendmsg(atomic_load(&port.frag_fd), &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+			return 0;
+	}
 	if (errno == EAGAIN || errno == ENOBUFS)
 		return -EAGAIN;
 	sv_dbg("udp qp %u: a datagram to qp %u lost: %s", uq->qpn, h->dest_qpn, strerror(errno));
@@ -566,21 +651,21 @@ static bool pkeys_match(uint32_t a, uint32_t b)
 	return (a & 0x7fff) && (a & 0x7fff) == (b & 0x7fff) && ((a | b) & 0x8000);
 }
 
-/* rx_busy and b->lock: hands datagram @d to the responder. */
+/* rx_busy and port.lock: hands datagram @d to the responder. */
 static enum sv_rx deliver(struct sv_qp *qp, struct udp_qp *uq, const struct udp_dgram *d)
 {
 	uint8_t grh[SV_UD_GRH] = { 0 };
 	struct ibv_grh *g = (struct ibv_grh *)grh;
 	struct udp_payload p = { .base.copy = payload_copy, .grh = grh,
-				 .data = d->buf + d->pkt.payload_off };
+				 .data = d->buf + d->pkt.hdr_len };
 	struct sv_hdr h = {
 		.op = SV_OP_SEND,
 		.flags = SV_F_FIRST | SV_F_LAST | SV_F_GRH,
 		.src_qpn = d->pkt.src_qpn,
 		.dest_qpn = d->pkt.dest_qpn,
-		.imm = d->pkt.imm,
-		.len = SV_UD_GRH + d->pkt.len,
-		.total = SV_UD_GRH + d->pkt.len,
+		.imm = d->pkt.imm_be,
+		.len = SV_UD_GRH + d->pkt.payload_len,
+		.total = SV_UD_GRH + d->pkt.payload_len,
 		.qkey = d->pkt.qkey,
 	};
 
@@ -588,13 +673,13 @@ static enum sv_rx deliver(struct sv_qp *qp, struct udp_qp *uq, const struct udp_
 		atomic_fetch_add_explicit(&uq->bad_pkeys, 1, memory_order_relaxed);
 		return SV_RX_CONSUMED; /* IBA 10.9.2: dropped, and counted */
 	}
-	if (d->pkt.opcode == UDP_OP_SEND_ONLY_IMM)
+	if (d->pkt.opcode == (RV_UD | RV_SEND_ONLY_IMM))
 		h.flags |= SV_F_IMM;
-	if (d->pkt.solicited)
+	if (d->pkt.se)
 		h.flags |= SV_F_SOLICITED;
 	/* The GRH as the shm wire writes it (IPv6 form, next header UDP). */
 	g->version_tclass_flow = htobe32(6u << 28);
-	g->paylen = htobe16((uint16_t)(d->pkt.len));
+	g->paylen = htobe16((uint16_t)(d->pkt.payload_len));
 	g->next_hdr = 17;
 	g->hop_limit = 64;
 	memcpy(g->sgid.raw, &d->src, 16);
@@ -602,7 +687,7 @@ static enum sv_rx deliver(struct sv_qp *qp, struct udp_qp *uq, const struct udp_
 	return sv_resp_deliver(qp, &h, &p.base);
 }
 
-/* b->lock: keeps @d for @uq's next poll; false if there is no room (it is dropped). */
+/* port.lock: keeps @d for @uq's next poll; false if there is no room (it is dropped). */
 static bool enqueue(struct udp_qp *uq, const struct udp_dgram *d)
 {
 	if (!uq->queue) {
@@ -617,72 +702,112 @@ static bool enqueue(struct udp_qp *uq, const struct udp_dgram *d)
 	return true;
 }
 
-static void to_v6(const struct sockaddr_storage *ss, struct in6_addr *a)
+/* The source address and port of a datagram, as a GID (IPv4 mapped). */
+static uint16_t from_v6(const struct sockaddr_storage *ss, struct in6_addr *a)
 {
 	if (ss->ss_family == AF_INET6) {
 		*a = ((const struct sockaddr_in6 *)ss)->sin6_addr;
-	} else {
-		memset(a, 0, sizeof(*a));
-		a->s6_addr[10] = a->s6_addr[11] = 0xff;
-		memcpy(&a->s6_addr[12], &((const struct sockaddr_in *)ss)->sin_addr, 4);
+		return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
 	}
+	memset(a, 0, sizeof(*a));
+	a->s6_addr[10] = a->s6_addr[11] = 0xff;
+	memcpy(&a->s6_addr[12], &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	return ntohs(((const struct sockaddr_in *)ss)->sin_port);
 }
 
-/* b->lock: reads one datagram into b->in; false when the socket has none. */
-static bool read_one(struct udp_block *b)
+/* port.lock: reads one datagram into port.in (its source port in *sport); false when
+ * the socket has none. */
+static bool read_one(uint16_t *sport)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(struct in6_pktinfo))];
 		struct cmsghdr align;
 	} ctl;
+	struct udp_dgram *d = &port.in;
 	struct sockaddr_storage from;
-	struct iovec iov = { .iov_base = b->in.buf, .iov_len = sizeof(b->in.buf) };
+	struct iovec iov = { .iov_base = d->buf, .iov_len = sizeof(d->buf) };
 	struct msghdr msg = { .msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &iov,
 			      .msg_iovlen = 1, .msg_control = ctl.buf,
 			      .msg_controllen = sizeof(ctl.buf) };
-	ssize_t n = recvmsg(b->fd, &msg, MSG_DONTWAIT | MSG_TRUNC);
+	ssize_t n = recvmsg(port.fd, &msg, MSG_DONTWAIT | MSG_TRUNC);
 
 	if (n < 0)
 		return false;
-	b->in.len = msg.msg_flags & MSG_TRUNC ? 0 : (uint32_t)n; /* too long: dropped */
-	to_v6(&from, &b->in.src);
-	memset(&b->in.dst, 0, sizeof(b->in.dst));
+	d->len = msg.msg_flags & MSG_TRUNC ? 0 : (uint32_t)n; /* too long: dropped */
+	*sport = from_v6(&from, &d->src);
+	memset(&d->dst, 0, sizeof(d->dst));
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
 		if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
 			struct in6_pktinfo pi;
 
 			memcpy(&pi, CMSG_DATA(c), sizeof(pi));
-			b->in.dst = pi.ipi6_addr;
+			d->dst = pi.ipi6_addr;
 		} else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
 			struct in_pktinfo pi;
 
 			memcpy(&pi, CMSG_DATA(c), sizeof(pi));
-			b->in.dst.s6_addr[10] = b->in.dst.s6_addr[11] = 0xff;
-			memcpy(&b->in.dst.s6_addr[12], &pi.ipi_addr, 4);
+			d->dst.s6_addr[10] = d->dst.s6_addr[11] = 0xff;
+			memcpy(&d->dst.s6_addr[12], &pi.ipi_addr, 4);
 		}
 	}
 	return true;
 }
 
-/* rx_busy and b->lock: the datagram in b->in to its QP: delivered now if it is @uq's and
- * nothing of @uq's waits before it, else queued. Returns 1 if delivered. */
-static int route(struct sv_qp *qp, struct udp_qp *uq, struct udp_block *b)
+/* port.lock: whether port.in (@sport its source port) is a UD datagram of ours, whole
+ * and unharmed; what is not is dropped (a stray makes the port find its place again). */
+static bool accept_one(uint16_t sport)
 {
-	struct udp_dgram *d = &b->in;
-	struct udp_qp *to;
-	int err = udp_decode(d->buf, d->len, &d->pkt);
+	struct udp_dgram *d = &port.in;
+	struct rv_path path;
+	uint64_t now;
 
-	if (err) {
-		sv_dbg("udp block %u: a datagram dropped: %s", b->block, strerror(-err));
-		return 0;
+	switch (rv_port_classify(port.rp, d->buf, d->len)) {
+	case RV_DGRAM_PROBE:
+		return false;
+	case RV_DGRAM_STRAY:
+		sv_dbg("roce: a datagram for another process's QP came here");
+		now = sv_now_ns();
+		if (now >= port.resteer_at) {
+			port.resteer_at = now + RESTEER_NS;
+			(void)rv_port_resteer(port.rp, NULL);
+		}
+		return false;
+	case RV_DGRAM_OURS:
+		break;
 	}
-	to = b->qps[d->pkt.dest_qpn & (SV_QPN_BLOCK - 1)];
+	path_of(&path, d->src.s6_addr, d->dst.s6_addr, sport);
+	/* IBA Annex A17.8 / 9.6.1.1: a bad ICRC, a header the IBA drops, anything but a
+	 * UD SEND Only, or longer than the MTU: dropped. */
+	if (!rv_icrc_check(&path, d->buf, d->len, &port.ids)) {
+		sv_dbg("roce: a datagram dropped: its ICRC is wrong");
+		return false;
+	}
+	if (rv_decode(d->buf, d->len, &d->pkt) ||
+	    (d->pkt.opcode != (RV_UD | RV_SEND_ONLY) &&
+	     d->pkt.opcode != (RV_UD | RV_SEND_ONLY_IMM)) ||
+	    d->pkt.payload_len > UDP_PAYLOAD_MAX)
+		return false;
+	return true;
+}
+
+/* rx_busy and port.lock: the datagram in port.in to its QP: delivered now if it is
+ * @uq's and nothing of @uq's waits before it, else queued. Returns 1 if delivered. */
+static int route(struct sv_qp *qp, struct udp_qp *uq, uint16_t sport)
+{
+	struct udp_dgram *d = &port.in;
+	struct udp_block *b;
+	struct udp_qp *to;
+
+	if (!accept_one(sport))
+		return 0;
+	b = block_find_locked(d->pkt.dest_qpn >> SV_QPN_BLOCK_BITS);
+	to = b ? b->qps[d->pkt.dest_qpn & (SV_QPN_BLOCK - 1)] : NULL;
 	if (!to || to->qpn != d->pkt.dest_qpn)
 		return 0; /* no such QP here (any more): lost, as on a NIC */
 	if (to == uq && uq->head == uq->tail && deliver(qp, uq, d) == SV_RX_CONSUMED)
 		return 1;
-	/* Another QP of the block: into its receive queue now, as a NIC would, when nobody
-	 * holds its responder's role and nothing of its waits before it. */
+	/* Another QP: into its receive queue now, as a NIC would, when nobody holds its
+	 * responder's role and nothing of its waits before it. */
 	if (to != uq && to->head == to->tail && sv_rx_trylock(to->qp)) {
 		enum sv_rx r = deliver(to->qp, to, d);
 
@@ -697,22 +822,20 @@ static int route(struct sv_qp *qp, struct udp_qp *uq, struct udp_block *b)
 
 static int udp_poll(struct sv_qp *qp)
 {
-	struct udp_qp *uq;
-	struct udp_block *b;
+	struct udp_qp *uq = udp_of(qp);
+	uint16_t sport;
 	int n = 0, i = 0;
 
-	uq = udp_of(qp);
-	b = uq ? uq->b : NULL;
 	/* Nothing came, lately or now, and nothing waits: no lock, no system call. */
-	if (!b || (!atomic_load_explicit(&b->ready, memory_order_acquire) &&
-		   sv_now_ns() >= atomic_load_explicit(&b->hot_until, memory_order_relaxed) &&
-		   atomic_load_explicit(&uq->queued, memory_order_relaxed) == 0))
+	if (!uq || (!atomic_load_explicit(&port.ready, memory_order_acquire) &&
+		    sv_now_ns() >= atomic_load_explicit(&port.hot_until, memory_order_relaxed) &&
+		    atomic_load_explicit(&uq->queued, memory_order_relaxed) == 0))
 		return 0;
 	if (!sv_rx_trylock(qp))
 		return 0;
 	uq = udp_of(qp); /* (taken again under rx_busy: qp_fini clears it under it) */
-	if (!uq || pthread_mutex_trylock(&b->lock)) {
-		sv_rx_unlock(qp); /* another QP of the block reads: ours is queued for us */
+	if (!uq || pthread_mutex_trylock(&port.lock)) {
+		sv_rx_unlock(qp); /* another QP reads: ours is queued for us */
 		return 0;
 	}
 	while (uq->head != uq->tail &&
@@ -721,16 +844,16 @@ static int udp_poll(struct sv_qp *qp)
 		n++;
 	}
 	atomic_store_explicit(&uq->queued, uq->head - uq->tail, memory_order_relaxed);
-	atomic_store_explicit(&b->ready, false, memory_order_relaxed);
+	atomic_store_explicit(&port.ready, false, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst); /* cleared before the reads below */
-	for (; i < UDP_BUDGET && read_one(b); i++)
-		n += route(qp, uq, b);
+	for (; i < UDP_BUDGET && read_one(&sport); i++)
+		n += route(qp, uq, sport);
 	if (i == UDP_BUDGET) /* more may wait: the socket was not found empty */
-		atomic_store_explicit(&b->ready, true, memory_order_relaxed);
+		atomic_store_explicit(&port.ready, true, memory_order_relaxed);
 	if (i)
-		atomic_store_explicit(&b->hot_until, sv_now_ns() + UDP_HOT_NS,
+		atomic_store_explicit(&port.hot_until, sv_now_ns() + UDP_HOT_NS,
 				      memory_order_relaxed);
-	pthread_mutex_unlock(&b->lock);
+	pthread_mutex_unlock(&port.lock);
 	sv_rx_unlock(qp);
 	return n;
 }
@@ -743,12 +866,12 @@ static bool udp_arm(struct sv_qp *qp, bool assist)
 	(void)assist;
 	if (!uq)
 		return true;
-	pthread_mutex_lock(&uq->b->lock);
+	pthread_mutex_lock(&port.lock);
 	/* Held datagrams wait for the QP's RTR, not for us: they do not keep it awake. */
 	idle = (uq->head == uq->tail ||
 		!sv_qp_state_receives(atomic_load_explicit(&qp->pub.state, memory_order_relaxed))) &&
-	       !atomic_load_explicit(&uq->b->ready, memory_order_acquire);
-	pthread_mutex_unlock(&uq->b->lock);
+	       !atomic_load_explicit(&port.ready, memory_order_acquire);
+	pthread_mutex_unlock(&port.lock);
 	return idle;
 }
 

@@ -1,21 +1,19 @@
 /*
- * The UDP wire: UD datagrams between hosts (docs/architecture.md, "The UDP wire").
+ * The UDP wire: UD datagrams between hosts as RoCE v2 packets (docs/architecture.md, "The
+ * UDP wire").
  *
  * A UD QP has two wires: the one it was created on (shm) for the QPs of its host, and
  * this one for everyone else's, its "far" wire (qp->far, its state in qp->far_qp). The
  * core picks per work request: a destination GID that is not one of this host's goes
- * here. Each datagram is one UDP datagram in RoCE v2's layout (udp_proto.h) sent to the
- * destination GID (an IPv6 address, or an IPv4 one mapped) at the port of the
- * destination QPN's block: base (SOFTVERBS_UD_PORT, 16384) + QPN / 256. The process
- * owning a block binds its port when the block's first UD QP is created: no daemon, and
- * the kernel frees the port when the process dies.
+ * here. Each datagram is one RoCE v2 packet (src/wire/roce/rv_proto.h: BTH, DETH,
+ * [ImmDt], payload, pad, ICRC) sent to the destination GID (an IPv6 address, or an IPv4
+ * one mapped) at UDP port 4791 (SOFTVERBS_ROCE_PORT), from the process's socket on that
+ * port (src/wire/roce/rv_port.h), shared with the user's other processes, each steered
+ * the datagrams of its QPN blocks: no daemon.
  *
- *   udp_proto.c  the datagram codec: BTH, DETH, immediate, CRC
- *   udp_wire.c   the blocks' sockets, sending, receiving and routing to the block's QPs
- *
- * Locks: a block's mutex (its QPs, their queues of datagrams received and not yet
- * delivered) is taken under rx_busy, never under sq.lock; sending takes none (the
- * socket is the block's, fixed while a QP uses it).
+ * Locks: the port's mutex (the socket's reads, the blocks and their QPs, their queues of
+ * datagrams received and not yet delivered) is taken under rx_busy, never under
+ * sq.lock; sending takes none (the socket is fixed while a QP uses it).
  */
 #ifndef UDP_WIRE_H
 #define UDP_WIRE_H
