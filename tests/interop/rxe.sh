@@ -1,0 +1,156 @@
+#!/bin/bash
+# softverbs against Linux's kernel Soft-RoCE (rxe), both directions: boots Debian's kernel
+# with rxe in qemu (../shared/kvm, tap networking: host 10.199.0.1 in a network namespace
+# of its own, guest 10.199.0.2) and runs Debian's unmodified programs with one end on
+# softverbs (this build's libraries, on the host side of the tap) and the other on rxe0
+# in the guest, exchanging QPNs and GIDs over their own TCP connection (no rdma_cm):
+#   ibv_ud_pingpong -c (every message's data checked by the receiver), RUNS times each
+#   way, sizes 64 and 1024 (rxe0's MTU on a 1500-byte link is 1024)
+# and the same with both ends on rxe in the guest, for rxe's own figure beside ours
+# (emulated kernel code: compare within one run only).
+#
+# usage: tests/interop/rxe.sh BUILD_DIR [--runs N] [--iters N] [--keep]
+#   --runs N   each case N times each way (3)
+#   --iters N  round trips per run (500)
+#   --keep     keep the host side's logs (printed where)
+# Needs root (a network namespace, a tap device, apt-get on first use) and the kvm
+# harness beside the checkout (SOFTVERBS_KVM_DIR, default ../shared/kvm); skips (77)
+# with a message otherwise. The harness's downloads and builds go under BUILD_DIR/kvm.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+
+if [ "${1:-}" = --host-side ]; then
+  shift
+  # ---- the host side: runs inside the tap's namespace (boot.sh --host-cmd) --------
+  BUILD=$1 RUNS=$2 ITERS=$3 T=$4
+  SV="$BUILD/bin/softverbs"
+  G=10.199.0.2 H=10.199.0.1
+  PASS=0 FAIL=0
+  mkdir -p "$T"
+  gsh() {
+    timeout 600 bash -c 'exec 3<>/dev/tcp/10.199.0.2/7998 || exit 2
+                         printf "%s\nexit\n" "$1" >&3; cat <&3' gsh "$1"
+  }
+  glisten() { gsh ". /guest/lib.sh; kvmh_wait_tcp_listen $1 30 && echo yes"; }
+  hlisten() {
+    for _ in $(seq 300); do
+      ss -ltnH | awk -v p=":$1" '{ l = $4 } substr(l, length(l) - length(p) + 1) == p { f = 1 }
+                                 END { exit !f }' && return 0
+      sleep 0.1
+    done
+    return 1
+  }
+  check() { # check NAME CONDITION...
+    local name=$1; shift
+    if "$@"; then PASS=$((PASS + 1)); echo "ok   $name"
+    else FAIL=$((FAIL + 1)); echo "FAIL $name"; return 1; fi
+  }
+  figure() { echo "figure $1 $2 $3"; } # NAME PEERS VALUE
+  # usec/iter of a pingpong's log
+  usec() { awk '/usec\/iter/ { print $(NF-1) }' "$1" | tail -n 1; }
+
+  # The GID index of softverbs0 for 10.199.0.1 (IPv4 mapped), and rxe0's for the guest.
+  HG=$("$SV" run ibv_devinfo -v 2>/dev/null |
+       awk '/GID\[/ && /::ffff:10.199.0.1/ { sub(/.*GID\[ */, ""); sub(/\].*/, ""); print; exit }')
+  GG=$(gsh "ibv_devinfo -d rxe0 -v" |
+       awk '/GID\[/ && /::ffff:10.199.0.2/ { sub(/.*GID\[ */, ""); sub(/\].*/, ""); print; exit }')
+  echo "GID index: softverbs0 ${HG:-?} (10.199.0.1), rxe0 ${GG:-?} (10.199.0.2)"
+  [ -n "$HG" ] && [ -n "$GG" ] || { echo "FAIL no IPv4 GID on one side"; echo "0 passed, 1 failed"; exit 1; }
+
+  # pp_ok RC LOG: exit 0, the iterations reported, nothing about bad data
+  pp_ok() { [ "$1" -eq 0 ] && grep -q "$ITERS iters" "$2" && ! grep -qiE 'mismatch|fail' "$2"; }
+
+  port=18600
+  for size in 64 1024; do
+    for r in $(seq "$RUNS"); do
+      # softverbs client -> rxe server
+      port=$((port + 1))
+      gsh "ibv_ud_pingpong -d rxe0 -g $GG -c -s $size -n $ITERS -p $port > /tmp/us.log 2>&1 < /dev/null &" >/dev/null
+      glisten $port >/dev/null
+      timeout 60 "$SV" run ibv_ud_pingpong -g "$HG" -c -s $size -n "$ITERS" -p $port $G \
+        > "$T/uc.log" 2>&1; rc=$?
+      out=$(gsh "i=0; while pidof ibv_ud_pingpong >/dev/null && [ \$i -lt 100 ]; do sleep 0.2; i=\$((i+1)); done
+                 killall -9 ibv_ud_pingpong 2>/dev/null; grep -c 'iters in' /tmp/us.log; grep -iE 'mismatch|fail' /tmp/us.log | head -2")
+      check "ud_pingpong -s $size softverbs->rxe run $r (rc $rc, server: ${out//$'\n'/ })" \
+        pp_ok $rc "$T/uc.log" ||
+        { cp "$T/uc.log" "$T/fail-ud-sv-$size-$r.log"; tail -n 3 "$T/uc.log" | sed 's/^/    /'
+          gsh "tail -n 5 /tmp/us.log; dmesg | tail -n 5" | sed 's/^/    guest: /'; }
+      figure "ud_pingpong_$size" softverbs-client/rxe-server "$(usec "$T/uc.log")"
+      # rxe client -> softverbs server
+      port=$((port + 1))
+      timeout 60 "$SV" run ibv_ud_pingpong -g "$HG" -c -s $size -n "$ITERS" -p $port \
+        > "$T/us.log" 2>&1 &
+      spid=$!
+      hlisten $port
+      out=$(gsh "timeout 60 ibv_ud_pingpong -d rxe0 -g $GG -c -s $size -n $ITERS -p $port $H > /tmp/uc.log 2>&1
+                 echo \$?; awk '/usec\\/iter/ { print \$(NF-1) }' /tmp/uc.log | tail -n 1")
+      wait $spid; src=$?
+      set -- $out
+      check "ud_pingpong -s $size rxe->softverbs run $r (client rc ${1:-?}, server rc $src)" \
+        test "${1:-1}" -eq 0 -a "$src" -eq 0 ||
+        { cp "$T/us.log" "$T/fail-ud-rxe-$size-$r.log"; tail -n 3 "$T/us.log" | sed 's/^/    /'
+          gsh "tail -n 5 /tmp/uc.log" | sed 's/^/    guest: /'; }
+      figure "ud_pingpong_$size" rxe-client/softverbs-server "${2:-?}"
+    done
+    # rxe with itself, same VM
+    port=$((port + 1))
+    out=$(gsh "ibv_ud_pingpong -d rxe0 -g $GG -s $size -n $ITERS -p $port > /tmp/bs.log 2>&1 < /dev/null & s=\$!
+               . /guest/lib.sh; kvmh_wait_tcp_listen $port 30
+               timeout 60 ibv_ud_pingpong -d rxe0 -g $GG -s $size -n $ITERS -p $port $G > /tmp/bc.log 2>&1
+               wait \$s; awk '/usec\\/iter/ { print \$(NF-1) }' /tmp/bc.log | tail -n 1")
+    figure "ud_pingpong_$size" rxe/rxe "$out"
+  done
+  gsh "rdma statistic show link rxe0/1" |
+    awk '{ for (i = 1; i < NF; i++) if ($i ~ /pkts|seq|err|drop|dup/) printf " %s %s", $i, $(i + 1) }
+         END { print "" }' | sed 's/^/rxe0 counters:/'
+  echo "$PASS passed, $FAIL failed"
+  [ "$FAIL" -eq 0 ]
+  exit $?
+fi
+
+# ---- the host: build the VM if needed, boot it, run the host side in its namespace -------
+BUILD=${1:?usage: rxe.sh BUILD_DIR [--runs N] [--iters N] [--keep]}
+BUILD=$(cd "$BUILD" && pwd)
+shift
+RUNS=3 ITERS=500 KEEP=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --runs) RUNS=$2; shift 2 ;;
+    --iters) ITERS=$2; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    *) echo "rxe.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+KVM=${SOFTVERBS_KVM_DIR:-$ROOT/../shared/kvm}
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: the rxe VM needs root (a tap device, apt-get)"; exit 77; }
+[ -x "$KVM/boot.sh" ] || { echo "SKIP: no kvm harness at $KVM (SOFTVERBS_KVM_DIR)"; exit 77; }
+[ -x "$BUILD/bin/softverbs" ] || { echo "rxe.sh: $BUILD/bin/softverbs not built" >&2; exit 2; }
+export KVM_CACHE=$BUILD/kvm/cache KVM_BUILD=$BUILD/kvm/build KVM_OUT=$BUILD/kvm/out
+mkdir -p "$KVM_CACHE" "$KVM_BUILD" "$KVM_OUT"
+if [ ! -s "$KVM_BUILD/initramfs.cpio.gz" ] || [ ! -s "$KVM_BUILD/vmlinuz" ]; then
+  echo "rxe.sh: fetching and building the VM (first use; a few minutes)"
+  if ! "$KVM/fetch.sh" > "$KVM_OUT/fetch.log" 2>&1 ||
+     ! "$KVM/build-initramfs.sh" > "$KVM_OUT/build.log" 2>&1; then
+    tail -n 5 "$KVM_OUT/fetch.log" "$KVM_OUT/build.log" 2>/dev/null
+    echo "SKIP: the VM could not be built here (logs in $KVM_OUT)"
+    exit 77
+  fi
+fi
+T=$(mktemp -d /tmp/sv-rxe.XXXXXX)
+LOG=$KVM_OUT/rxe-$(date +%Y%m%dT%H%M%S).log
+echo "rxe.sh: booting (log $LOG); host side logs in $T"
+"$KVM/boot.sh" -q --net tap --netns "svrxe$$" --timeout 3000 --log "$LOG" \
+  --host-cmd "bash '$HERE/rxe.sh' --host-side '$BUILD' $RUNS $ITERS '$T'" \
+  "$HERE/guest-serve.sh" 2900 rxe
+rc=$?
+grep -v '^figure ' "$LOG.host" | grep -v '^KVMH-HOST-RC'
+echo "figures (medians of usec/iter):"
+grep '^figure ' "$LOG.host" | awk '{ print $2, $3 }' | sort -u | while read -r name peers; do
+  med=$(awk -v n="$name" -v p="$peers" '$2 == n && $3 == p { print $4 }' "$LOG.host" |
+        sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')
+  printf '  %-18s %-30s %s\n' "$name" "$peers" "$med"
+done
+[ "$KEEP" = 1 ] || rm -rf "$T"
+grep -q ' passed, 0 failed$' "$LOG.host" || rc=1
+exit $rc
