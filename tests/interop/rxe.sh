@@ -5,7 +5,9 @@
 # softverbs (this build's libraries, on the host side of the tap) and the other on rxe0
 # in the guest, exchanging QPNs and GIDs over their own TCP connection (no rdma_cm):
 #   ibv_ud_pingpong -c (every message's data checked by the receiver), RUNS times each
-#   way, sizes 64 and 1024 (rxe0's MTU on a 1500-byte link is 1024)
+#   way, sizes 64 and 1024 (rxe0's MTU on a 1500-byte link is 1024);
+#   ib_send_lat -c UD -s 2 and ib_send_bw -c UD -s 1024 (perftest, -x GID index), once
+#   each way
 # and the same with both ends on rxe in the guest, for rxe's own figure beside ours
 # (emulated kernel code: compare within one run only).
 #
@@ -101,6 +103,33 @@ if [ "${1:-}" = --host-side ]; then
                wait \$s; awk '/usec\\/iter/ { print \$(NF-1) }' /tmp/bc.log | tail -n 1")
     figure "ud_pingpong_$size" rxe/rxe "$out"
   done
+  # perftest over UD (-c UD, its own exchange over TCP, GIDs by index): PROG SIZE FIELD
+  # (the column of the client's result line that is the figure)
+  perf_ud() {
+    local prog=$1 size=$2 col=$3 out rc src v
+    port=$((port + 1))
+    gsh "timeout 60 $prog -d rxe0 -x $GG -c UD -s $size -n $ITERS -p $port > /tmp/ps.log 2>&1 < /dev/null &" >/dev/null
+    glisten $port >/dev/null
+    timeout 60 "$SV" run $prog -x "$HG" -c UD -s $size -n "$ITERS" -p $port $G > "$T/pc.log" 2>&1; rc=$?
+    gsh "i=0; while pidof $prog >/dev/null && [ \$i -lt 100 ]; do sleep 0.2; i=\$((i+1)); done" >/dev/null
+    v=$(awk -v s=$size -v c=$col '$1 == s && NF >= c { v = $c } END { print v }' "$T/pc.log")
+    check "$prog -c UD -s $size softverbs->rxe (rc $rc, ${v:-no figure})" test "$rc" -eq 0 -a -n "$v" ||
+      tail -n 3 "$T/pc.log" | sed 's/^/    /'
+    figure "${prog}_ud_$size" softverbs-client/rxe-server "${v:-?}"
+    port=$((port + 1))
+    timeout 60 "$SV" run $prog -x "$HG" -c UD -s $size -n "$ITERS" -p $port > "$T/ps.log" 2>&1 &
+    local spid=$!
+    hlisten $port
+    out=$(gsh "timeout 60 $prog -d rxe0 -x $GG -c UD -s $size -n $ITERS -p $port $H > /tmp/pc.log 2>&1
+               echo \$?; awk -v s=$size -v c=$col '\$1 == s && NF >= c { v = \$c } END { print v }' /tmp/pc.log")
+    wait $spid; src=$?
+    set -- $out
+    check "$prog -c UD -s $size rxe->softverbs (client rc ${1:-?}, server rc $src, ${2:-no figure})" \
+      test "${1:-1}" -eq 0 -a "$src" -eq 0 -a -n "${2:-}" || tail -n 3 "$T/ps.log" | sed 's/^/    /'
+    figure "${prog}_ud_$size" rxe-client/softverbs-server "${2:-?}"
+  }
+  perf_ud ib_send_lat 2 5   # t_typical, us
+  perf_ud ib_send_bw 1024 4 # BW average, MB/s
   gsh "rdma statistic show link rxe0/1" |
     awk '{ for (i = 1; i < NF; i++) if ($i ~ /pkts|seq|err|drop|dup/) printf " %s %s", $i, $(i + 1) }
          END { print "" }' | sed 's/^/rxe0 counters:/'
