@@ -13,6 +13,7 @@
 #include <linux/filter.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -361,7 +362,9 @@ int rv_port_open(uint16_t port, struct rv_port **out)
 		 (unsigned)geteuid(), (unsigned long)ns.st_ino);
 	err = open_socket(p);
 	if (err) {
-		if (err == -EADDRINUSE)
+		static _Atomic bool told;
+
+		if (err == -EADDRINUSE && !atomic_exchange(&told, true))
 			sv_warn("roce: UDP port %u is another user's or the kernel's (rxe): no "
 				"RoCE v2 here for this user", port);
 		goto fail;

@@ -88,10 +88,9 @@ static struct {
 	int fd;
 	uint16_t port;
 	/* Datagrams longer than the route's MTU (up to 4096 bytes between softverbs hosts
-	 * over a 1500-byte link): sent from this second socket, IP fragmentation allowed
-	 * (opened at the first; its source port in frag_port). */
-	_Atomic int frag_fd;
-	uint16_t frag_port;
+	 * over a 1500-byte link): sent from this second socket, IP fragmentation allowed,
+	 * opened at the first: its port << 32 | its descriptor (0: none yet). */
+	_Atomic uint64_t frag;
 	uint64_t watch; /* the engine's edge-triggered watch of fd */
 	atomic_bool ready; /* the watch saw datagrams come: a poll is to read */
 	_Atomic uint64_t hot_until; /* polls read until then (sv_now_ns) */
@@ -100,7 +99,7 @@ static struct {
 	int n_qps;
 	struct rv_icrc_ids ids;
 	struct udp_dgram in; /* the datagram being read */
-} port = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1, .frag_fd = -1 };
+} port = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1 };
 
 /* Above port.lock: opening and closing the port, adding and removing QPs. */
 static pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -186,7 +185,7 @@ static int port_open_locked(void)
 /* setup_lock: the last UD QP left; the port is the user's other processes' alone. */
 static void port_close_locked(void)
 {
-	int frag = atomic_exchange(&port.frag_fd, -1);
+	uint64_t frag = atomic_exchange(&port.frag, 0);
 
 	sv_engine_lock();
 	sv_engine_unwatch_locked(port.watch);
@@ -194,8 +193,8 @@ static void port_close_locked(void)
 	rv_port_close(port.rp);
 	port.rp = NULL;
 	port.fd = -1;
-	if (frag >= 0)
-		close(frag);
+	if (frag)
+		close((int)(uint32_t)frag);
 }
 
 /*
@@ -203,20 +202,22 @@ static void port_close_locked(void)
  * some QP's sq.lock: one socket call, not blocking): an ephemeral port, fragmentation
  * allowed. Such a datagram is not RoCE v2 as a NIC takes it (a NIC's MTU bounds UD, and
  * its IP header's identification, which the ICRC covers, is the kernel's choice): a
- * softverbs receiver, which solves for the identification, takes it. -1 if it cannot.
+ * softverbs receiver, which solves for the identification, takes it. Returns its port
+ * << 32 | its descriptor, 0 if it cannot.
  */
-static int frag_socket(void)
+static uint64_t frag_socket(void)
 {
 	struct sockaddr_storage ss = { .ss_family = rv_port_v6(port.rp) ? AF_INET6 : AF_INET };
 	socklen_t len = sizeof(ss);
-	int fd = atomic_load(&port.frag_fd), off = 0, dont = IP_PMTUDISC_DONT,
-	    dont6 = IPV6_PMTUDISC_DONT, expected = -1;
+	uint64_t frag = atomic_load(&port.frag), expected = 0;
+	int fd, off = 0, dont = IP_PMTUDISC_DONT, dont6 = IPV6_PMTUDISC_DONT;
+	uint16_t sport;
 
-	if (fd >= 0)
-		return fd;
+	if (frag)
+		return frag;
 	fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return -1;
+		return 0;
 	if ((ss.ss_family == AF_INET6 &&
 	     (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) ||
 	      setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &dont6, sizeof(dont6)))) ||
@@ -226,15 +227,16 @@ static int frag_socket(void)
 					  : sizeof(struct sockaddr_in)) ||
 	    getsockname(fd, (struct sockaddr *)&ss, &len)) {
 		close(fd);
-		return -1;
+		return 0;
 	}
-	port.frag_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-							: ((struct sockaddr_in *)&ss)->sin_port);
-	if (!atomic_compare_exchange_strong(&port.frag_fd, &expected, fd)) {
+	sport = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+					       : ((struct sockaddr_in *)&ss)->sin_port);
+	frag = (uint64_t)sport << 32 | (uint32_t)fd;
+	if (!atomic_compare_exchange_strong(&port.frag, &expected, frag)) {
 		close(fd); /* another QP's send opened it meanwhile */
 		return expected;
 	}
-	return fd;
+	return frag;
 }
 
 /* port.lock: the block of @block, added if it is not yet. */
@@ -284,6 +286,10 @@ static struct udp_block *block_find_locked(uint32_t block)
 /* After fork() the child must not read its parent's socket (nor steer its blocks). */
 static void forget_inherited(void)
 {
+	uint64_t frag = atomic_exchange(&port.frag, 0);
+
+	if (frag)
+		close((int)(uint32_t)frag);
 	if (port.fd >= 0)
 		close(port.fd); /* the parent's registry record and blocks stay the parent's */
 	port.rp = NULL; /* (its memory is the parent's copy: left) */
@@ -539,6 +545,7 @@ static int udp_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec
 	struct msghdr msg = { 0 };
 	uint64_t skip = SV_UD_GRH, got = 0;
 	uint32_t len;
+	uint64_t frag;
 	uint8_t pad;
 	socklen_t ss_len;
 	int n = 1, hdr_len;
@@ -591,13 +598,13 @@ static int udp_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec
 	from_addr(grh + 8, grh + 24, &msg, ctl.buf, sizeof(ctl.buf));
 	if (sendmsg(port.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
 		return 0;
-	if (errno == EMSGSIZE && frag_socket() >= 0) {
+	if (errno == EMSGSIZE && (frag = frag_socket())) {
 		/* Longer than the route's MTU: in fragments, from the other socket. */
 		out[n - 1].iov_len = pad;
-		path.sport = port.frag_port;
+		path.sport = (uint16_t)(frag >> 32);
 		rv_icrc_put(trailer + pad, rv_icrc(&path, out, n));
 		out[n - 1].iov_len = pad + RV_ICRC;
-		if (sendmsg(atomic_load(&port.frag_fd), &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+		if (sendmsg((int)(uint32_t)frag, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
 			return 0;
 	}
 	if (errno == EAGAIN || errno == ENOBUFS)
