@@ -127,6 +127,13 @@ if [ "${1:-}" = --host-side ]; then
     check "$prog -c UD -s $size rxe->softverbs (client rc ${1:-?}, server rc $src, ${2:-no figure})" \
       test "${1:-1}" -eq 0 -a "$src" -eq 0 -a -n "${2:-}" || tail -n 3 "$T/ps.log" | sed 's/^/    /'
     figure "${prog}_ud_$size" rxe-client/softverbs-server "${2:-?}"
+    # rxe with itself, same VM
+    port=$((port + 1))
+    out=$(gsh "$prog -d rxe0 -x $GG -c UD -s $size -n $ITERS -p $port > /tmp/bs.log 2>&1 < /dev/null & s=\$!
+               . /guest/lib.sh; kvmh_wait_tcp_listen $port 30
+               timeout 60 $prog -d rxe0 -x $GG -c UD -s $size -n $ITERS -p $port $G > /tmp/bc.log 2>&1
+               wait \$s; awk -v s=$size -v c=$col '\$1 == s && NF >= c { v = \$c } END { print v }' /tmp/bc.log")
+    figure "${prog}_ud_$size" rxe/rxe "$out"
   }
   perf_ud ib_send_lat 2 5   # t_typical, us
   perf_ud ib_send_bw 1024 4 # BW average, MB/s
