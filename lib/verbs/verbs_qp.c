@@ -416,6 +416,9 @@ int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
 		return EINVAL;
 	qp = to_svqp(ibqp);
 	pthread_mutex_lock(&qp->lock);
+	/* An error the data path found (its error completion may be in the caller's hands
+	 * already) is entered first: the state reported is the one after it. */
+	sv_qp_settle_locked(qp);
 	*attr = qp->attr;
 	attr->cur_qp_state = qp->attr.qp_state;
 	attr->cap = qp->cap;

@@ -35,6 +35,14 @@ void sv_comp_complete_locked(struct sv_qp *qp)
 
 		if (w->state != SV_WQE_DONE)
 			break;
+		/* IBA 10.8.3.3: a completion error takes an RC QP to Error, a UC or UD QP's
+		 * send queue to SQ Error (10.3.1); what follows is flushed once the state
+		 * changes. Asked for before the completion can be seen: a program that
+		 * queries the QP once it has the error completion finds the new state
+		 * (ibv_query_qp enters it). */
+		if (w->status != IBV_WC_SUCCESS)
+			sv_qp_fail(qp, sv_qp_type_reliable(qp->ibv.qp_base.qp_type) ? SV_ERR_QUIET
+										   : SV_ERR_SQE);
 		if (w->status != IBV_WC_SUCCESS || (w->send_flags & IBV_SEND_SIGNALED) ||
 		    qp->sq_sig_all) {
 			struct ibv_wc wc = {
@@ -50,11 +58,6 @@ void sv_comp_complete_locked(struct sv_qp *qp)
 		wq->tail++;
 		if (w->status != IBV_WC_SUCCESS) {
 			qp->sq_failed = true;
-			/* IBA 10.8.3.3: a completion error takes an RC QP to Error, a UC or UD
-			 * QP's send queue to SQ Error (10.3.1); what follows is flushed once the
-			 * state changes. */
-			sv_qp_fail(qp, sv_qp_type_reliable(qp->ibv.qp_base.qp_type) ? SV_ERR_QUIET
-											   : SV_ERR_SQE);
 			break;
 		}
 	}

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -45,9 +46,12 @@ struct reg {
 
 struct rv_port {
 	int fd;
+	int watch;      /* inotify on the registry (-1: none) */
 	bool v6;
 	uint16_t port;
 	int index;
+	bool probing;        /* our probes are out (rv_port_resteer): the first back names */
+	uint64_t nonce;      /* ... our place; theirs */
 	uint32_t members_seen;
 	uint64_t start;
 	int n_blocks;
@@ -267,19 +271,45 @@ static int send_probe(struct rv_port *p, uint16_t index, uint64_t nonce)
  * for the first of ours to come back: sent in order of index, the first to reach us
  * names our place (later ones may reach us too, by the hash, past the array's end).
  */
-static int probe(struct rv_port *p, int upto, int *dropped)
+/* Sends our probes, one per index up to @upto, with a new nonce. */
+static int send_probes(struct rv_port *p, int upto)
 {
-	uint64_t nonce;
-	struct timespec t0, t;
-
-	if (getrandom(&nonce, sizeof(nonce), GRND_NONBLOCK) != (ssize_t)sizeof(nonce))
-		nonce = (uint64_t)time(NULL) << 32 ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)p;
+	if (getrandom(&p->nonce, sizeof(p->nonce), GRND_NONBLOCK) != (ssize_t)sizeof(p->nonce))
+		p->nonce = (uint64_t)time(NULL) << 32 ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)p;
 	for (int k = 0; k < upto; k++) {
-		int err = send_probe(p, (uint16_t)k, nonce);
+		int err = send_probe(p, (uint16_t)k, p->nonce);
 
 		if (err)
 			return err; /* no loopback: the index stays as the registry guessed it */
 	}
+	return 0;
+}
+
+/* A probe of ours in @m: its index, or -1. */
+static int probe_of_ours(const struct rv_port *p, const uint8_t *m, size_t n)
+{
+	uint32_t pid;
+	uint64_t got;
+
+	if (n < RV_PORT_PROBE_LEN || m[0] != RV_PORT_PROBE)
+		return -1;
+	memcpy(&pid, m + 4, 4);
+	memcpy(&got, m + 8, 8);
+	return pid == (uint32_t)getpid() && got == p->nonce ? m[2] << 8 | m[3] : -1;
+}
+
+/*
+ * The same, waiting (PROBE_WAIT_MS at most) for the first of ours to come back, reading
+ * the socket itself: at open only, when nothing that comes is ours yet (what is not a
+ * probe is dropped, counted in @dropped).
+ */
+static int probe(struct rv_port *p, int upto, int *dropped)
+{
+	struct timespec t0, t;
+	int err = send_probes(p, upto);
+
+	if (err)
+		return err;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		struct pollfd pfd = { .fd = p->fd, .events = POLLIN };
@@ -294,20 +324,14 @@ static int probe(struct rv_port *p, int upto, int *dropped)
 		if (poll(&pfd, 1, (int)(PROBE_WAIT_MS - ms)) <= 0)
 			continue;
 		while ((n = recv(p->fd, m, sizeof(m), MSG_DONTWAIT)) >= 0) {
-			uint32_t pid;
-			uint64_t got;
+			int k = probe_of_ours(p, m, (size_t)n);
 
-			if (n < RV_PORT_PROBE_LEN || m[0] != RV_PORT_PROBE) {
-				if (!(n >= 1 && m[0] == RV_PORT_PROBE) && dropped)
-					(*dropped)++;
-				continue;
-			}
-			memcpy(&pid, m + 4, 4);
-			memcpy(&got, m + 8, 8);
-			if (pid == (uint32_t)getpid() && got == nonce) {
-				p->index = m[2] << 8 | m[3];
+			if (k >= 0) {
+				p->index = k;
 				return 0;
 			}
+			if (!(n >= 1 && m[0] == RV_PORT_PROBE) && dropped)
+				(*dropped)++;
 		}
 	}
 }
@@ -342,6 +366,28 @@ static int open_socket(struct rv_port *p)
 	return 0;
 }
 
+/* At open: our place, found before anything of ours comes. */
+static int find_place(struct rv_port *p)
+{
+	int fd = reg_lock(p), upto, err;
+
+	if (fd < 0)
+		return fd;
+	upto = live_count(p) + PROBE_SLACK;
+	reg_unlock(fd);
+	err = probe(p, upto > RV_PORT_PROCS ? RV_PORT_PROCS : upto, NULL);
+	if (err)
+		sv_dbg("roce: port %u: no answer to our probes (%d): index %d kept", p->port, err,
+		       p->index);
+	fd = reg_lock(p);
+	if (fd < 0)
+		return fd;
+	p->members_seen = p->reg.members;
+	err = publish(p, fd);
+	reg_unlock(fd);
+	return err;
+}
+
 int rv_port_open(uint16_t port, struct rv_port **out)
 {
 	struct rv_port *p = calloc(1, sizeof(*p));
@@ -353,6 +399,7 @@ int rv_port_open(uint16_t port, struct rv_port **out)
 		return -ENOMEM;
 	p->port = port;
 	p->index = NO_SOCKET;
+	p->watch = -1;
 	p->start = proc_start(getpid());
 	/* One group per user and network namespace (the port's), so one registry too. */
 	if (stat("/proc/self/ns/net", &ns))
@@ -360,18 +407,21 @@ int rv_port_open(uint16_t port, struct rv_port **out)
 	snprintf(p->path, sizeof(p->path), "%s/softverbs-roce-%u-%u-%lu",
 		 access("/dev/shm", W_OK) ? "/tmp" : "/dev/shm", (unsigned)port,
 		 (unsigned)geteuid(), (unsigned long)ns.st_ino);
+	/* Bound under the registry's lock: while it is held, every socket of the group
+	 * has its record (a leave's "the last takes the place" names the right one). */
+	fd = reg_lock(p);
+	if (fd < 0) {
+		err = fd;
+		goto fail;
+	}
 	err = open_socket(p);
 	if (err) {
 		static _Atomic bool told;
 
+		reg_unlock(fd);
 		if (err == -EADDRINUSE && !atomic_exchange(&told, true))
 			sv_warn("roce: UDP port %u is another user's or the kernel's (rxe): no "
 				"RoCE v2 here for this user", port);
-		goto fail;
-	}
-	fd = reg_lock(p);
-	if (fd < 0) {
-		err = fd;
 		goto fail;
 	}
 	prune(p);
@@ -390,8 +440,14 @@ int rv_port_open(uint16_t port, struct rv_port **out)
 	p->reg.members++;
 	err = publish(p, fd);
 	reg_unlock(fd);
+	/* Told of every change of the registry (the file exists now). */
+	p->watch = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (p->watch >= 0 && inotify_add_watch(p->watch, p->path, IN_MODIFY) < 0) {
+		close(p->watch);
+		p->watch = -1;
+	}
 	if (!err)
-		err = rv_port_resteer(p, NULL);
+		err = find_place(p);
 	if (err)
 		goto fail_joined;
 	*out = p;
@@ -402,6 +458,8 @@ fail_joined:
 fail:
 	if (p->fd >= 0)
 		close(p->fd);
+	if (p->watch >= 0)
+		close(p->watch);
 	free(p);
 	return err;
 }
@@ -418,15 +476,32 @@ void rv_port_close(struct rv_port *p)
 			if (!reg_store(p, fd))
 				(void)steer(p); /* the group keeps it after our socket goes */
 		}
+		close(p->fd); /* under the lock: the kernel moves the last socket now */
 		reg_unlock(fd);
+	} else {
+		close(p->fd);
 	}
-	close(p->fd);
+	if (p->watch >= 0)
+		close(p->watch);
 	free(p);
 }
 
 int rv_port_fd(const struct rv_port *p)
 {
 	return p->fd;
+}
+
+int rv_port_watch_fd(const struct rv_port *p)
+{
+	return p->watch;
+}
+
+void rv_port_drain_watch(struct rv_port *p)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+
+	while (p->watch >= 0 && read(p->watch, buf, sizeof(buf)) > 0)
+		;
 }
 
 bool rv_port_v6(const struct rv_port *p)
@@ -478,8 +553,22 @@ enum rv_port_dgram rv_port_classify(struct rv_port *p, const void *buf, size_t l
 	const uint8_t *b = buf;
 	uint16_t block;
 
-	if (len >= 1 && b[0] == RV_PORT_PROBE)
+	if (len >= 1 && b[0] == RV_PORT_PROBE) {
+		int k = p->probing ? probe_of_ours(p, b, len) : -1;
+
+		if (k >= 0) {
+			/* The first of ours back names our place (rv_port_resteer). */
+			int fd = reg_lock(p);
+
+			p->probing = false;
+			p->index = k;
+			if (fd >= 0) {
+				(void)publish(p, fd);
+				reg_unlock(fd);
+			}
+		}
 		return RV_DGRAM_PROBE;
+	}
 	if (len < 8)
 		return RV_DGRAM_OURS; /* too short to say: the decoder refuses it */
 	block = (uint16_t)(b[5] << 8 | b[6]);
@@ -504,25 +593,28 @@ bool rv_port_stale(struct rv_port *p)
 	return stale;
 }
 
-int rv_port_resteer(struct rv_port *p, int *dropped)
+int rv_port_resteer(struct rv_port *p, bool stray)
 {
 	int fd = reg_lock(p), upto, err;
 
 	if (fd < 0)
 		return fd;
-	if (prune(p))
+	if (prune(p) | stray) {
+		if (stray)
+			p->reg.members++; /* everyone looks: the owner's place is what is wrong */
 		(void)reg_store(p, fd);
+	}
+	p->members_seen = p->reg.members;
 	upto = live_count(p) + PROBE_SLACK;
 	reg_unlock(fd);
-	err = probe(p, upto > RV_PORT_PROCS ? RV_PORT_PROCS : upto, dropped);
-	if (err)
-		sv_dbg("roce: port %u: no answer to our probes (%d): index %d kept", p->port, err,
-		       p->index);
-	fd = reg_lock(p);
-	if (fd < 0)
-		return fd;
-	p->members_seen = p->reg.members;
-	err = publish(p, fd);
-	reg_unlock(fd);
-	return err;
+	/* The probes come back through the socket's reader (rv_port_classify), which
+	 * publishes our place: nothing that comes meanwhile is lost. */
+	err = send_probes(p, upto > RV_PORT_PROCS ? RV_PORT_PROCS : upto);
+	p->probing = !err;
+	return err == -ENETUNREACH || err == -EADDRNOTAVAIL ? 0 : err;
+}
+
+bool rv_port_probing(const struct rv_port *p)
+{
+	return p->probing;
 }

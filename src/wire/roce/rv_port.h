@@ -26,9 +26,13 @@
  * it. A process that leaves moves the last record into its place, as the kernel moves
  * the last socket; one that died is found dead (its pid gone) by the next that looks,
  * which does the same and bumps the membership's generation: every process then probes
- * again (rv_port_stale). Until then a datagram may reach a process that does not own its
- * block: the receiver drops it and counts it (a reliable QP retransmits it; UD may lose
- * it, as a fabric being reconfigured loses packets) and probes again.
+ * again (rv_port_stale; each watches the registry with inotify, rv_port_watch_fd, so it
+ * learns of a change without polling for it). Until then a datagram may reach a process
+ * that does not own its block: the receiver drops it and counts it (a reliable QP
+ * retransmits it; UD may lose it, as a fabric being reconfigured loses packets), probes
+ * again and bumps the generation too (the owner's place is what is wrong, and only the
+ * owner can find it: several that died at once leave the order in which the kernel
+ * moved the last sockets unknown).
  */
 #ifndef RV_PORT_H
 #define RV_PORT_H
@@ -70,19 +74,26 @@ void rv_port_release(struct rv_port *p, uint32_t block);
 /* What a datagram read from the socket is. */
 enum rv_port_dgram {
 	RV_DGRAM_OURS,  /* for a block of ours */
-	RV_DGRAM_PROBE, /* a probe: nothing to deliver */
+	RV_DGRAM_PROBE, /* a probe (one of ours, back, names our place): nothing to deliver */
 	RV_DGRAM_STRAY, /* for a block not ours: drop it, count it, rv_port_resteer */
 };
 enum rv_port_dgram rv_port_classify(struct rv_port *p, const void *buf, size_t len);
 
 /* Whether the group's membership changed since we last found our place. */
 bool rv_port_stale(struct rv_port *p);
+/* A descriptor (inotify, non-blocking) readable when the registry changed; -1 if there
+ * is none. rv_port_stale (after rv_port_drain_watch) says whether it matters. */
+int rv_port_watch_fd(const struct rv_port *p);
+void rv_port_drain_watch(struct rv_port *p);
 
 /*
- * Finds our place again and writes the program anew from the registry (dead records
- * pruned). Datagrams read meanwhile that are not our probes are dropped (@dropped: how
- * many, may be NULL). 0 or -errno.
+ * Sets out to find our place again (dead records pruned first): sends our probes, and
+ * the socket's reader, passing them to rv_port_classify, learns the place and writes
+ * the program anew; nothing else that comes meanwhile is lost. After a stray (@stray),
+ * every process is to look again: the membership's generation is bumped. 0 or -errno.
  */
-int rv_port_resteer(struct rv_port *p, int *dropped);
+int rv_port_resteer(struct rv_port *p, bool stray);
+/* Whether our probes are still out (rv_port_resteer). */
+bool rv_port_probing(const struct rv_port *p);
 
 #endif

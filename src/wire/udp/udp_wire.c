@@ -92,7 +92,9 @@ static struct {
 	 * opened at the first: its port << 32 | its descriptor (0: none yet). */
 	_Atomic uint64_t frag;
 	uint64_t watch; /* the engine's edge-triggered watch of fd */
+	uint64_t reg_watch; /* ... and of the registry's inotify (0: none) */
 	atomic_bool ready; /* the watch saw datagrams come: a poll is to read */
+	atomic_bool recheck; /* the registry changed: a poll is to see whether it matters */
 	_Atomic uint64_t hot_until; /* polls read until then (sv_now_ns) */
 	uint64_t resteer_at; /* when a stray may make the port look again (sv_now_ns) */
 	struct udp_block *blocks;
@@ -140,6 +142,16 @@ static void woken(void *arg, uint32_t events)
 	atomic_store_explicit(&port.ready, true, memory_order_release);
 }
 
+/* The progress thread (engine lock): the registry changed (rv_port.h); the pass that
+ * follows polls every QP, which look. */
+static void registry_changed(void *arg, uint32_t events)
+{
+	(void)arg;
+	(void)events;
+	atomic_store_explicit(&port.recheck, true, memory_order_relaxed);
+	atomic_store_explicit(&port.ready, true, memory_order_release);
+}
+
 /*
  * A receive buffer for bursts: a sender may outrun the poller for a while (perftest's
  * UD bandwidth test sends 128 datagrams at a time, each three IP fragments on a 1500-byte
@@ -173,6 +185,13 @@ static int port_open_locked(void)
 	sv_engine_lock();
 	atomic_store(&port.ready, true); /* (whatever came before the watch) */
 	err = sv_engine_watch_edge_locked(port.fd, woken, NULL, &port.watch);
+	port.reg_watch = 0;
+	if (!err && rv_port_watch_fd(port.rp) >= 0 &&
+	    sv_engine_watch_edge_locked(rv_port_watch_fd(port.rp), registry_changed, NULL,
+					&port.reg_watch)) {
+		sv_engine_unwatch_locked(port.watch);
+		err = -ENOMEM;
+	}
 	sv_engine_unlock();
 	if (err) {
 		rv_port_close(port.rp);
@@ -189,6 +208,8 @@ static void port_close_locked(void)
 
 	sv_engine_lock();
 	sv_engine_unwatch_locked(port.watch);
+	if (port.reg_watch)
+		sv_engine_unwatch_locked(port.reg_watch);
 	sv_engine_unlock();
 	rv_port_close(port.rp);
 	port.rp = NULL;
@@ -776,7 +797,7 @@ static bool accept_one(uint16_t sport)
 		now = sv_now_ns();
 		if (now >= port.resteer_at) {
 			port.resteer_at = now + RESTEER_NS;
-			(void)rv_port_resteer(port.rp, NULL);
+			(void)rv_port_resteer(port.rp, true);
 		}
 		return false;
 	case RV_DGRAM_OURS:
@@ -851,6 +872,12 @@ static int udp_poll(struct sv_qp *qp)
 		n++;
 	}
 	atomic_store_explicit(&uq->queued, uq->head - uq->tail, memory_order_relaxed);
+	/* The group changed (a process left, died, or met a stray): our place may have. */
+	if (atomic_exchange_explicit(&port.recheck, false, memory_order_relaxed)) {
+		rv_port_drain_watch(port.rp);
+		if (rv_port_stale(port.rp))
+			(void)rv_port_resteer(port.rp, false);
+	}
 	atomic_store_explicit(&port.ready, false, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst); /* cleared before the reads below */
 	for (; i < UDP_BUDGET && read_one(&sport); i++)

@@ -13,8 +13,13 @@
  * - one leaves (rv_port_close): the last takes its place, the program says so at once,
  *   and the others still get every datagram of theirs, with nobody probing again;
  * - one is killed: the first to look (rv_port_resteer, as after a stray) prunes it and
- *   bumps the membership, the others see it (rv_port_stale) and find their places
- *   again, and then every datagram reaches its owner;
+ *   bumps the membership, the others are told (their inotify on the registry is
+ *   readable), see it (rv_port_stale) and find their places again, and then every
+ *   datagram reaches its owner;
+ * - two are killed at once (the order in which the kernel moved the last sockets into
+ *   their places is not known): a stray makes its receiver look and bump the
+ *   membership, and once every survivor has looked again, every datagram reaches its
+ *   owner;
  * - a registry file that is not the user's alone is refused (-EACCES);
  * - as root: another user's process cannot join (-EADDRINUSE) and the group goes on.
  */
@@ -63,7 +68,8 @@ static long long now_ms(void)
 /* What the parent asks, and the member's answer. */
 struct cmd {
 	char op;        /* 'c' counts (when @want datagrams came, or after WAIT_MS), 'r'
-			 * resteer, 's' stale?, 'q' leave and exit */
+			 * resteer (@want: after a stray), 's' stale?, 'd' forget changes so
+			 * far, 'w' told of a change of the registry since?, 'q' leave */
 	int want;
 };
 struct ans {
@@ -124,12 +130,39 @@ static void member(int ctl, uint32_t block, uid_t uid)
 			}
 			break;
 		}
-		case 'r':
-			a.rc = rv_port_resteer(p, NULL);
+		case 'r': { /* want: 1 if after a stray; answered once the probe is back */
+			long long end = now_ms() + WAIT_MS;
+
+			a.rc = rv_port_resteer(p, c.want != 0);
+			while (!a.rc && rv_port_probing(p) && now_ms() < end) {
+				struct pollfd one = { rv_port_fd(p), POLLIN, 0 };
+
+				if (poll(&one, 1, 50) > 0 &&
+				    (n = recv(rv_port_fd(p), m, sizeof(m), MSG_DONTWAIT)) >= 0) {
+					enum rv_port_dgram d = rv_port_classify(p, m, (size_t)n);
+
+					a.ours += d == RV_DGRAM_OURS;
+					a.strays += d == RV_DGRAM_STRAY;
+				}
+			}
+			if (rv_port_probing(p))
+				a.rc = -ETIMEDOUT;
 			break;
+		}
 		case 's':
 			a.rc = rv_port_stale(p);
 			break;
+		case 'd': /* forget what it was told so far */
+			rv_port_drain_watch(p);
+			a.rc = 0;
+			break;
+		case 'w': { /* was it told (its inotify readable)? */
+			struct pollfd w = { rv_port_watch_fd(p), POLLIN, 0 };
+
+			a.rc = poll(&w, 1, WAIT_MS) == 1;
+			rv_port_drain_watch(p);
+			break;
+		}
 		case 'q':
 			rv_port_close(p);
 			_exit(0);
@@ -290,6 +323,8 @@ static void test_group_crash(void **state)
 
 	(void)state;
 	start_group(k);
+	for (int i = 2; i < MEMBERS; i++)
+		ask(&k[i], 'd', 0);
 	/* The first dies without a word: the kernel moves the last socket into its place;
 	 * the registry still lists it. */
 	kill(k[0].pid, SIGKILL);
@@ -297,9 +332,11 @@ static void test_group_crash(void **state)
 	close(k[0].ctl);
 	k[0].pid = 0;
 	/* One member looks (a stray would make it): it prunes, and the others see it. */
-	a = ask(&k[1], 'r', 0);
+	a = ask(&k[1], 'r', 1);
 	assert_int_equal(a.rc, 0);
 	for (int i = 2; i < MEMBERS; i++) {
+		if (ask(&k[i], 'w', 0).rc != 1)
+			fail_msg("member %d was not told the registry changed", i);
 		a = ask(&k[i], 's', 0);
 		if (a.rc != 1)
 			fail_msg("member %d does not see the membership changed", i);
@@ -316,6 +353,33 @@ static void test_group_crash(void **state)
 		}
 	}
 	all_delivered(k, MEMBERS, "after one was killed");
+	for (int i = 0; i < MEMBERS; i++)
+		reap(&k[i]);
+}
+
+static void test_group_two_die(void **state)
+{
+	struct kid k[MEMBERS];
+	int st;
+
+	(void)state;
+	start_group(k);
+	for (int i = 0; i < 2; i++)
+		kill(k[i].pid, SIGKILL);
+	for (int i = 0; i < 2; i++) {
+		waitpid(k[i].pid, &st, 0);
+		close(k[i].ctl);
+		k[i].pid = 0;
+	}
+	/* A stray reached the third (as it would): it looks, and everyone is to look. */
+	assert_int_equal(ask(&k[2], 'r', 1).rc, 0);
+	if (ask(&k[3], 's', 0).rc != 1)
+		fail_msg("the fourth does not see the membership changed");
+	assert_int_equal(ask(&k[3], 'r', 0).rc, 0);
+	if (k[2].index == k[3].index || k[2].index < 0 || k[2].index > 1 || k[3].index < 0 ||
+	    k[3].index > 1)
+		fail_msg("after two died the survivors are at %d and %d", k[2].index, k[3].index);
+	all_delivered(k, MEMBERS, "after two were killed at once");
 	for (int i = 0; i < MEMBERS; i++)
 		reap(&k[i]);
 }
@@ -368,6 +432,7 @@ int main(void)
 		cmocka_unit_test(test_alone),
 		cmocka_unit_test(test_group_leave),
 		cmocka_unit_test(test_group_crash),
+		cmocka_unit_test(test_group_two_die),
 		cmocka_unit_test(test_registry_not_ours),
 		cmocka_unit_test(test_other_user),
 	};
