@@ -76,6 +76,26 @@ struct ans {
 	int rc, index, ours, strays;
 };
 
+/* Reads what came (waiting up to @ms for the first), counting it in @a; whether any. */
+static bool take(struct rv_port *p, struct ans *a, int ms)
+{
+	struct pollfd one = { rv_port_fd(p), POLLIN, 0 };
+	uint8_t m[256];
+	ssize_t n;
+	bool any = false;
+
+	if (ms && poll(&one, 1, ms) <= 0)
+		return false;
+	while ((n = recv(rv_port_fd(p), m, sizeof(m), MSG_DONTWAIT)) >= 0) {
+		enum rv_port_dgram d = rv_port_classify(p, m, (size_t)n);
+
+		a->ours += d == RV_DGRAM_OURS;
+		a->strays += d == RV_DGRAM_STRAY;
+		any = true;
+	}
+	return any;
+}
+
 static void member(int ctl, uint32_t block, uid_t uid)
 {
 	struct rv_port *p;
@@ -92,23 +112,9 @@ static void member(int ctl, uint32_t block, uid_t uid)
 		_exit(a.rc ? 2 : 1);
 	for (;;) {
 		struct pollfd pfd[2] = { { rv_port_fd(p), POLLIN, 0 }, { ctl, POLLIN, 0 } };
-		uint8_t m[256];
-		ssize_t n;
-
 		if (poll(pfd, 2, -1) < 0)
 			_exit(1);
-		while ((n = recv(rv_port_fd(p), m, sizeof(m), MSG_DONTWAIT)) >= 0) {
-			switch (rv_port_classify(p, m, (size_t)n)) {
-			case RV_DGRAM_OURS:
-				a.ours++;
-				break;
-			case RV_DGRAM_STRAY:
-				a.strays++;
-				break;
-			case RV_DGRAM_PROBE:
-				break;
-			}
-		}
+		take(p, &a, 0);
 		if (!(pfd[1].revents & (POLLIN | POLLHUP)))
 			continue;
 		if (read(ctl, &c, sizeof(c)) != sizeof(c))
@@ -117,34 +123,16 @@ static void member(int ctl, uint32_t block, uid_t uid)
 		case 'c': {
 			long long end = now_ms() + WAIT_MS;
 
-			while (a.ours + a.strays < c.want && now_ms() < end) {
-				struct pollfd one = { rv_port_fd(p), POLLIN, 0 };
-
-				if (poll(&one, 1, 50) > 0 &&
-				    (n = recv(rv_port_fd(p), m, sizeof(m), MSG_DONTWAIT)) >= 0) {
-					enum rv_port_dgram d = rv_port_classify(p, m, (size_t)n);
-
-					a.ours += d == RV_DGRAM_OURS;
-					a.strays += d == RV_DGRAM_STRAY;
-				}
-			}
+			while (a.ours + a.strays < c.want && now_ms() < end)
+				take(p, &a, 50);
 			break;
 		}
 		case 'r': { /* want: 1 if after a stray; answered once the probe is back */
 			long long end = now_ms() + WAIT_MS;
 
 			a.rc = rv_port_resteer(p, c.want != 0);
-			while (!a.rc && rv_port_probing(p) && now_ms() < end) {
-				struct pollfd one = { rv_port_fd(p), POLLIN, 0 };
-
-				if (poll(&one, 1, 50) > 0 &&
-				    (n = recv(rv_port_fd(p), m, sizeof(m), MSG_DONTWAIT)) >= 0) {
-					enum rv_port_dgram d = rv_port_classify(p, m, (size_t)n);
-
-					a.ours += d == RV_DGRAM_OURS;
-					a.strays += d == RV_DGRAM_STRAY;
-				}
-			}
+			while (!a.rc && rv_port_probing(p) && now_ms() < end)
+				take(p, &a, 50);
 			if (rv_port_probing(p))
 				a.rc = -ETIMEDOUT;
 			break;
