@@ -39,8 +39,6 @@ enum {
 	RV_ICRC = 4,
 	RV_HDR_MAX = RV_BTH + RV_XRCETH + RV_ATOMICETH, /* the longest header (XRC atomic) */
 	RV_PSN_MASK = 0xffffff,
-	RV_QPN_MASK = 0xffffff,
-	RV_DEFAULT_PKEY = 0xffff,
 };
 
 /* The transport, the opcode's top 3 bits (IBA 9.2.1 table 38). */

@@ -186,11 +186,11 @@ static int port_open_locked(void)
 	atomic_store(&port.ready, true); /* (whatever came before the watch) */
 	err = sv_engine_watch_edge_locked(port.fd, woken, NULL, &port.watch);
 	port.reg_watch = 0;
-	if (!err && rv_port_watch_fd(port.rp) >= 0 &&
-	    sv_engine_watch_edge_locked(rv_port_watch_fd(port.rp), registry_changed, NULL,
-					&port.reg_watch)) {
-		sv_engine_unwatch_locked(port.watch);
-		err = -ENOMEM;
+	if (!err && rv_port_watch_fd(port.rp) >= 0) {
+		err = sv_engine_watch_edge_locked(rv_port_watch_fd(port.rp), registry_changed,
+						  NULL, &port.reg_watch);
+		if (err)
+			sv_engine_unwatch_locked(port.watch);
 	}
 	sv_engine_unlock();
 	if (err) {
