@@ -21,6 +21,7 @@
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
+. "$HERE/lib.sh"
 
 if [ "${1:-}" = --host-side ]; then
   shift
@@ -28,27 +29,7 @@ if [ "${1:-}" = --host-side ]; then
   BUILD=$1 RUNS=$2 ITERS=$3 T=$4
   SV="$BUILD/bin/softverbs"
   G=10.199.0.2 H=10.199.0.1
-  PASS=0 FAIL=0
   mkdir -p "$T"
-  gsh() {
-    timeout 600 bash -c 'exec 3<>/dev/tcp/10.199.0.2/7998 || exit 2
-                         printf "%s\nexit\n" "$1" >&3; cat <&3' gsh "$1"
-  }
-  glisten() { gsh ". /guest/lib.sh; kvmh_wait_tcp_listen $1 30 && echo yes"; }
-  hlisten() {
-    for _ in $(seq 300); do
-      ss -ltnH | awk -v p=":$1" '{ l = $4 } substr(l, length(l) - length(p) + 1) == p { f = 1 }
-                                 END { exit !f }' && return 0
-      sleep 0.1
-    done
-    return 1
-  }
-  check() { # check NAME CONDITION...
-    local name=$1; shift
-    if "$@"; then PASS=$((PASS + 1)); echo "ok   $name"
-    else FAIL=$((FAIL + 1)); echo "FAIL $name"; return 1; fi
-  }
-  figure() { echo "figure $1 $2 $3"; } # NAME PEERS VALUE
   # usec/iter of a pingpong's log
   usec() { awk '/usec\/iter/ { print $(NF-1) }' "$1" | tail -n 1; }
 
@@ -158,35 +139,10 @@ while [ $# -gt 0 ]; do
     *) echo "rxe.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
-KVM=${SOFTVERBS_KVM_DIR:-$ROOT/../shared/kvm}
-[ "$(id -u)" -eq 0 ] || { echo "SKIP: the rxe VM needs root (a tap device, apt-get)"; exit 77; }
-[ -x "$KVM/boot.sh" ] || { echo "SKIP: no kvm harness at $KVM (SOFTVERBS_KVM_DIR)"; exit 77; }
-[ -x "$BUILD/bin/softverbs" ] || { echo "rxe.sh: $BUILD/bin/softverbs not built" >&2; exit 2; }
-export KVM_CACHE=$BUILD/kvm/cache KVM_BUILD=$BUILD/kvm/build KVM_OUT=$BUILD/kvm/out
-mkdir -p "$KVM_CACHE" "$KVM_BUILD" "$KVM_OUT"
-if [ ! -s "$KVM_BUILD/initramfs.cpio.gz" ] || [ ! -s "$KVM_BUILD/vmlinuz" ]; then
-  echo "rxe.sh: fetching and building the VM (first use; a few minutes)"
-  if ! "$KVM/fetch.sh" > "$KVM_OUT/fetch.log" 2>&1 ||
-     ! "$KVM/build-initramfs.sh" > "$KVM_OUT/build.log" 2>&1; then
-    tail -n 5 "$KVM_OUT/fetch.log" "$KVM_OUT/build.log" 2>/dev/null
-    echo "SKIP: the VM could not be built here (logs in $KVM_OUT)"
-    exit 77
-  fi
-fi
+vm_ready rxe "$BUILD"
 T=$(mktemp -d /tmp/sv-rxe.XXXXXX)
-LOG=$KVM_OUT/rxe-$(date +%Y%m%dT%H%M%S).log
-echo "rxe.sh: booting (log $LOG); host side logs in $T"
-"$KVM/boot.sh" -q --net tap --netns "svrxe$$" --timeout 3000 --log "$LOG" \
-  --host-cmd "bash '$HERE/rxe.sh' --host-side '$BUILD' $RUNS $ITERS '$T'" \
-  "$HERE/guest-serve.sh" 2900 rxe
+vm_run rxe "bash '$HERE/rxe.sh' --host-side '$BUILD' $RUNS $ITERS '$T'" \
+  "medians; pingpongs: usec per round trip; lat: t_typical us; bw: MB/s" 18
 rc=$?
-grep -v '^figure ' "$LOG.host" | grep -v '^KVMH-HOST-RC'
-echo "figures (medians of usec/iter):"
-grep '^figure ' "$LOG.host" | awk '{ print $2, $3 }' | sort -u | while read -r name peers; do
-  med=$(awk -v n="$name" -v p="$peers" '$2 == n && $3 == p { print $4 }' "$LOG.host" |
-        sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')
-  printf '  %-18s %-30s %s\n' "$name" "$peers" "$med"
-done
 [ "$KEEP" = 1 ] || rm -rf "$T"
-grep -q ' passed, 0 failed$' "$LOG.host" || rc=1
 exit $rc

@@ -26,6 +26,7 @@
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
+. "$HERE/lib.sh"
 
 if [ "${1:-}" = --host-side ]; then
   shift
@@ -33,13 +34,7 @@ if [ "${1:-}" = --host-side ]; then
   BUILD=$1 RUNS=$2 COUNT=$3 QUICK=$4 T=$5 PRUNS=$6
   SV="$BUILD/bin/softverbs"
   G=10.199.0.2 H=10.199.0.1
-  PASS=0 FAIL=0
   mkdir -p "$T"
-  # gsh CMD: runs CMD in the guest's shell, prints what it printed.
-  gsh() {
-    timeout 600 bash -c 'exec 3<>/dev/tcp/10.199.0.2/7998 || exit 2
-                         printf "%s\nexit\n" "$1" >&3; cat <&3' gsh "$1"
-  }
   # gwait: until no program of the test runs in the guest (30 s), then none does.
   gwait() {
     gsh 'i=0; while pidof rping ucmatose rdma_server cmtime ib_send_lat ib_send_bw \
@@ -48,21 +43,6 @@ if [ "${1:-}" = --host-side ]; then
          killall -9 rping ucmatose rdma_server cmtime ib_send_lat ib_send_bw ib_write_lat \
            ib_write_bw ib_read_lat ib_read_bw 2>/dev/null; true'
   }
-  glisten() { gsh ". /guest/lib.sh; kvmh_wait_tcp_listen $1 30 && echo yes"; }
-  hlisten() {
-    for _ in $(seq 300); do
-      ss -ltnH | awk -v p=":$1" '{ l = $4 } substr(l, length(l) - length(p) + 1) == p { f = 1 }
-                                 END { exit !f }' && return 0
-      sleep 0.1
-    done
-    return 1
-  }
-  check() { # check NAME CONDITION...
-    local name=$1; shift
-    if "$@"; then PASS=$((PASS + 1)); echo "ok   $name"
-    else FAIL=$((FAIL + 1)); echo "FAIL $name"; return 1; fi
-  }
-  figure() { echo "figure $1 $2 $3"; } # NAME PEERS VALUE
 
   # rping_ok LOG_CLIENT RC N_CLIENT N_SERVER: exit 0, every ping seen by the server,
   # all but possibly the last by the client (rping's client prints the ping it got back
@@ -220,35 +200,10 @@ while [ $# -gt 0 ]; do
     *) echo "siw.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
-KVM=${SOFTVERBS_KVM_DIR:-$ROOT/../shared/kvm}
-[ "$(id -u)" -eq 0 ] || { echo "SKIP: the siw VM needs root (a tap device, apt-get)"; exit 77; }
-[ -x "$KVM/boot.sh" ] || { echo "SKIP: no kvm harness at $KVM (SOFTVERBS_KVM_DIR)"; exit 77; }
-[ -x "$BUILD/bin/softverbs" ] || { echo "siw.sh: $BUILD/bin/softverbs not built" >&2; exit 2; }
-export KVM_CACHE=$BUILD/kvm/cache KVM_BUILD=$BUILD/kvm/build KVM_OUT=$BUILD/kvm/out
-mkdir -p "$KVM_CACHE" "$KVM_BUILD" "$KVM_OUT"
-if [ ! -s "$KVM_BUILD/initramfs.cpio.gz" ] || [ ! -s "$KVM_BUILD/vmlinuz" ]; then
-  echo "siw.sh: fetching and building the VM (first use; a few minutes)"
-  if ! "$KVM/fetch.sh" > "$KVM_OUT/fetch.log" 2>&1 ||
-     ! "$KVM/build-initramfs.sh" > "$KVM_OUT/build.log" 2>&1; then
-    tail -n 5 "$KVM_OUT/fetch.log" "$KVM_OUT/build.log" 2>/dev/null
-    echo "SKIP: the VM could not be built here (logs in $KVM_OUT)"
-    exit 77
-  fi
-fi
+vm_ready siw "$BUILD"
 T=$(mktemp -d /tmp/sv-siw.XXXXXX)
-LOG=$KVM_OUT/siw-$(date +%Y%m%dT%H%M%S).log
-echo "siw.sh: booting (log $LOG); host side logs in $T"
-"$KVM/boot.sh" -q --net tap --netns "svsiw$$" --timeout 3000 --log "$LOG" \
-  --host-cmd "bash '$HERE/siw.sh' --host-side '$BUILD' $RUNS $COUNT $QUICK '$T' $PRUNS" \
-  "$HERE/guest-serve.sh" 2900
+vm_run siw "bash '$HERE/siw.sh' --host-side '$BUILD' $RUNS $COUNT $QUICK '$T' $PRUNS" \
+  "medians; rping: seconds for $COUNT pings; lat: t_typical us; bw: MB/s" 14
 rc=$?
-grep -v '^figure ' "$LOG.host" | grep -v '^KVMH-HOST-RC'
-echo "figures (medians; rping: seconds for $COUNT pings; lat: t_typical us; bw: MB/s):"
-grep '^figure ' "$LOG.host" | awk '{ print $2, $3 }' | sort -u | while read -r name peers; do
-  med=$(awk -v n="$name" -v p="$peers" '$2 == n && $3 == p { print $4 }' "$LOG.host" |
-        sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')
-  printf '  %-14s %-28s %s\n' "$name" "$peers" "$med"
-done
 [ "$KEEP" = 1 ] || rm -rf "$T"
-grep -q ' passed, 0 failed$' "$LOG.host" || rc=1
 exit $rc
