@@ -143,11 +143,9 @@ void shm_fifo_release(struct shm_fifo *f, uint32_t n)
 
 bool shm_fifo_arm(struct shm_fifo *f)
 {
-	uint64_t pos;
-
 	atomic_store_explicit(&f->armed, 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
-	if (shm_fifo_peek(f, &pos)) {
+	if (shm_fifo_look(f)) {
 		atomic_store_explicit(&f->armed, 0, memory_order_relaxed);
 		return false;
 	}

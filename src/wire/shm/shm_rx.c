@@ -352,7 +352,7 @@ int shm_rx_poll(struct sv_qp *qp)
 	/* Nothing arrived and nothing is owed: no read-modify-write on the poll path. */
 	acked = atomic_load_explicit(&s->page->acked, memory_order_acquire);
 	if (atomic_load_explicit(&s->rx_poisoned, memory_order_relaxed) ||
-	    (!shm_fifo_peek(s->rx, &pos) && !sv_resp_owes(qp) &&
+	    (!shm_fifo_look(s->rx) && !sv_resp_owes(qp) &&
 	     acked == atomic_load_explicit(&s->acked_seen, memory_order_relaxed)) ||
 	    atomic_flag_test_and_set_explicit(&qp->rx_busy, memory_order_acquire))
 		return 0;
