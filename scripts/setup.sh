@@ -7,12 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Build dependencies and the rdma-core programs the tests run unmodified; iproute2,
-# iputils-ping and tshark for the tests between network namespaces (tests/apps/netns.sh);
+# iputils-ping and tshark for the tests between network namespaces (tests/apps/netns.sh),
+# nftables to lose packets on their link on purpose (the kernel may have no netem);
 # the stacks the tests run on softverbs (UCX, libfabric, Open MPI, MPICH) and gnuplot for
 # bench/mpi.sh's plots.
 PACKAGES=(build-essential cmake pkg-config clang libclang-rt-14-dev libcmocka-dev
           libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest qperf libisal-dev
-          zlib1g-dev python3 python3-pyverbs iproute2 iputils-ping tshark
+          zlib1g-dev python3 python3-pyverbs iproute2 iputils-ping tshark nftables
           ucx-utils libfabric-bin openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox)
 
 missing=()

@@ -20,6 +20,7 @@ enum softverbs_wire {
 	SOFTVERBS_WIRE_NONE = 0, /* no message sent yet */
 	SOFTVERBS_WIRE_SHM = 1,  /* shared memory, same host */
 	SOFTVERBS_WIRE_IWARP = 2, /* iWARP over TCP (RFC 5040/5041/5044), between hosts */
+	SOFTVERBS_WIRE_ROCE = 3,  /* the IBA's RC transport over RoCE v2 (UDP 4791) */
 };
 
 /* How payload crosses to the peer's memory on the shm wire. */
@@ -49,6 +50,8 @@ struct softverbs_qp_stats {
 	uint64_t rx_fifo_bytes; /* of it, placed from the fifos or read into them */
 	uint64_t rx_dropped;    /* UC and UD messages dropped: no receive was posted (on
 				 * one host, none for 100 ms) */
+	uint64_t retransmits;   /* RoCE: times the requester sent again from its first
+				 * unacknowledged request (a timeout, a NAK) */
 };
 
 /*

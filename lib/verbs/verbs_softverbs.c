@@ -37,6 +37,8 @@ int softverbs_query_qp_stats(struct ibv_qp *qp, struct softverbs_qp_stats *stats
 	s.rx_msgs = rd64(&c->rx_msgs);
 	if (sv_wire_is_iwarp(to_svqp(qp)->wire) && s.tx_msgs + s.rx_msgs)
 		s.wire = SOFTVERBS_WIRE_IWARP;
+	if (sv_wire_is_roce(to_svqp(qp)->wire) && s.tx_msgs + s.rx_msgs)
+		s.wire = SOFTVERBS_WIRE_ROCE;
 	s.tx_bytes = rd64(&c->tx_bytes);
 	s.tx_cma_bytes = rd64(&c->tx_cma_bytes);
 	s.tx_fifo_bytes = rd64(&c->tx_fifo_bytes);
@@ -45,6 +47,7 @@ int softverbs_query_qp_stats(struct ibv_qp *qp, struct softverbs_qp_stats *stats
 	s.rx_cma_bytes = rd64(&c->rx_cma_bytes);
 	s.rx_fifo_bytes = rd64(&c->rx_fifo_bytes);
 	s.rx_dropped = rd64(&c->rx_dropped);
+	s.retransmits = rd64(&c->retransmits);
 	memcpy(stats, &s, stats_size);
 	return 0;
 }

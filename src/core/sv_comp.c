@@ -8,6 +8,7 @@
 #include "core/sv_cq.h"
 #include "core/sv_path.h"
 #include "util/sv_lock.h"
+#include "util/sv_log.h"
 
 /* The completion's opcode of a WR's. */
 enum ibv_wc_opcode sv_wc_opcode_of(uint32_t wr_opcode)
@@ -63,10 +64,87 @@ void sv_comp_complete_locked(struct sv_qp *qp)
 	}
 }
 
+/* The first WQE still waiting for an answer (sq.lock), or NULL. */
+static struct sv_send_wqe *first_waiting(struct sv_qp *qp)
+{
+	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
+
+		if (w->state == SV_WQE_WAIT)
+			return w;
+	}
+	return NULL;
+}
+
+/* SV_WIRE_LOSSY: the transport timer runs again from now while anything waits (an
+ * answer came, or a resend went), else stops. */
+static void timer_restart(struct sv_qp *qp)
+{
+	uint64_t t = sv_qp_ack_timeout_ns(qp);
+
+	sv_set_hint(qp->ack_deadline, t && first_waiting(qp) ? sv_now_ns() + t : 0);
+}
+
+/*
+ * SV_WIRE_LOSSY, go-back-N (IBA 9.7.5.1.1, C9-140): transmit again from the first WQE
+ * waiting for an answer at or after @msn, from its first segment, with the msns it had
+ * (the responder takes what it executed already as duplicates). Everything from there
+ * on is transmitted again; local work done meanwhile is passed over (sv_qp_tx_locked).
+ * The wire kept nothing: the data is read again from the application's buffers, which
+ * are not its own until the WQE completes (IBA 10.8.3). sq.lock.
+ */
+static void rewind(struct sv_qp *qp, uint32_t msn)
+{
+	uint32_t i;
+
+	if (qp->tx_stopped || qp->tx_claimed)
+		return;
+	for (i = qp->sq.tail; i != qp->sq_next; i++) {
+		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
+
+		if (w->state == SV_WQE_WAIT && sv_msn_le(msn, w->msn))
+			break;
+	}
+	if (i == qp->sq_next) {
+		/* Nothing waits at or after it: what is being sent in segments starts over. */
+		if (!qp->tx_off || qp->sq_next == qp->sq.head)
+			return;
+	} else {
+		const struct sv_send_wqe *from = sv_wq_slot(&qp->sq, i);
+
+		qp->next_msn = from->first_msn - 1;
+		for (uint32_t j = i; j != qp->sq_next; j++) {
+			struct sv_send_wqe *w = sv_wq_slot(&qp->sq, j);
+
+			if (w->state != SV_WQE_WAIT)
+				continue;
+			w->state = SV_WQE_POSTED;
+			if (sv_wqe_reads(w) && qp->rd_atomic_out)
+				qp->rd_atomic_out--;
+			else if (w->opcode == IBV_WR_RDMA_WRITE && qp->msg_writes_out)
+				qp->msg_writes_out--;
+		}
+		qp->sq_next = i;
+	}
+	if (qp->tx_off) {
+		const struct sv_send_wqe *part = sv_wq_slot(&qp->sq, qp->sq_next);
+
+		qp->next_msn = part->first_msn - 1;
+	}
+	qp->tx_off = 0;
+	qp->resending = true;
+	sv_count(&qp->cnt.retransmits, 1);
+	sv_set_hint(qp->tx_kick, true);
+}
+
 /* Marks every WQE waiting for an answer up to @msn as done, READs and atomics only if
- * @reads. Caller holds sq.lock. */
+ * @reads. On a lossy wire, a READ or atomic among them whose answer did not come is an
+ * implied NAK (IBA 9.7.5.1.1: its response was lost): transmit again from it. Caller
+ * holds sq.lock. */
 static void acked_upto(struct sv_qp *qp, uint32_t msn, bool reads)
 {
+	bool lossy = sv_qp_lossy(qp), moved = false;
+
 	for (uint32_t i = qp->sq.tail; i != qp->sq_next; i++) {
 		struct sv_send_wqe *w = sv_wq_slot(&qp->sq, i);
 
@@ -74,7 +152,15 @@ static void acked_upto(struct sv_qp *qp, uint32_t msn, bool reads)
 			continue;
 		if (!sv_msn_le(w->msn, msn))
 			break;
+		if (lossy && sv_wqe_reads(w)) {
+			/* Once: answers to what was sent before a go-back keep coming for a
+			 * while, and each would start another (the timer ends a lost one). */
+			if (!qp->resending)
+				rewind(qp, w->msn);
+			break;
+		}
 		sv_wqe_done(w, IBV_WC_SUCCESS);
+		moved = true;
 		if (sv_wqe_reads(w) && qp->rd_atomic_out)
 			qp->rd_atomic_out--;
 		else if (w->opcode == IBV_WR_RDMA_WRITE && qp->msg_writes_out)
@@ -82,6 +168,29 @@ static void acked_upto(struct sv_qp *qp, uint32_t msn, bool reads)
 	}
 	if (sv_hint(qp->rnr_deadline) && sv_msn_le(qp->rnr_msn, msn))
 		sv_set_hint(qp->rnr_deadline, 0);
+	if (lossy && moved) {
+		/* Progress: the retries start afresh (IBA 9.7.6.1.3, 9.7.5.2.8). */
+		qp->resending = false;
+		qp->retry_left = qp->attr.retry_cnt;
+		qp->rnr_left = qp->attr.rnr_retry;
+		if (!sv_hint(qp->resend_at))
+			timer_restart(qp);
+	}
+}
+
+/* A READ or atomic's own answer came: it is done (sq.lock). */
+static void answered(struct sv_qp *qp, struct sv_send_wqe *w)
+{
+	sv_wqe_done(w, IBV_WC_SUCCESS);
+	if (qp->rd_atomic_out)
+		qp->rd_atomic_out--;
+	if (sv_qp_lossy(qp)) {
+		qp->resending = false;
+		qp->retry_left = qp->attr.retry_cnt;
+		qp->rnr_left = qp->attr.rnr_retry;
+		if (!sv_hint(qp->resend_at))
+			timer_restart(qp);
+	}
 }
 
 /* The WQE waiting for the answer to @msn, if it is of the kind the answer is for: @op
@@ -150,10 +259,49 @@ static void read_resp(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_
 		return;
 	if (h->flags & SV_F_LAST) {
 		acked_upto(qp, h->msn - 1, true);
-		sv_wqe_done(w, IBV_WC_SUCCESS);
-		if (qp->rd_atomic_out)
-			qp->rd_atomic_out--;
+		if (w->state == SV_WQE_WAIT) /* (not sent again: an implied NAK before it) */
+			answered(qp, w);
 	}
+}
+
+/* The WQE at @w failed with @st: everything before it was executed (sq.lock). */
+static void fail_waiting(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status st)
+{
+	acked_upto(qp, w->msn - 1, true);
+	if (w->state != SV_WQE_WAIT)
+		return;
+	sv_wqe_done(w, st);
+	if (sv_wqe_reads(w) && qp->rd_atomic_out)
+		qp->rd_atomic_out--;
+	qp->tx_stopped = true;
+	sv_set_hint(qp->ack_deadline, 0);
+	sv_set_hint(qp->resend_at, 0);
+}
+
+/*
+ * SV_WIRE_LOSSY: the responder had no receive for @h->msn and dropped it (IBA
+ * 9.7.5.2.8): everything before it was executed; wait the timer it names, then send
+ * again from it, rnr_retry times (7: for ever), then RNR_RETRY_EXC_ERR.
+ */
+static void rnr_nak(struct sv_qp *qp, const struct sv_hdr *h)
+{
+	struct sv_send_wqe *w;
+	uint32_t t = h->status < 32 ? rnr_timer_us[h->status] : rnr_timer_us[0];
+
+	acked_upto(qp, h->msn - 1, true);
+	w = first_waiting(qp);
+	if (!w || !sv_msn_le(h->msn, w->msn) || sv_hint(qp->resend_at))
+		return; /* about nothing outstanding, or a wait is already running */
+	if (qp->attr.rnr_retry != 7) {
+		if (!qp->rnr_left) {
+			fail_waiting(qp, w, IBV_WC_RNR_RETRY_EXC_ERR);
+			return;
+		}
+		qp->rnr_left--;
+	}
+	qp->rnr_msn = h->msn;
+	sv_set_hint(qp->ack_deadline, 0);
+	sv_set_hint(qp->resend_at, sv_now_ns() + (uint64_t)t * 1000);
 }
 
 enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p)
@@ -175,7 +323,10 @@ enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 		sv_spin_unlock(&qp->sq.lock);
 		return SV_RX_HOLD;
 	}
-	if (!sv_msn_le(h->msn, qp->next_msn) || (h->op != SV_OP_ACK && !h->msn)) {
+	if (!sv_msn_le(h->msn, qp->next_msn) || (h->op != SV_OP_ACK && !h->msn) ||
+	    (qp->tx_stopped && sv_qp_lossy(qp))) {
+		/* (after a WR failed, nothing behind it succeeds: IBA 10.8.3.3; on a lossy
+		 * wire an answer to something sent before may still come) */
 		sv_spin_unlock(&qp->sq.lock);
 		return SV_RX_CONSUMED;
 	}
@@ -198,7 +349,9 @@ enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 					 IBV_ACCESS_LOCAL_WRITE, w->sge[0].addr, 8, &va))
 				memcpy((void *)(uintptr_t)va, &h->value, 8);
 		}
-		acked_upto(qp, h->msn, true);
+		acked_upto(qp, h->msn - 1, true);
+		if (w->state == SV_WQE_WAIT)
+			answered(qp, w);
 		break;
 	case SV_OP_NAK:
 		w = nak_target(qp, h->msn);
@@ -208,7 +361,19 @@ enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 		sv_wqe_done(w, (enum ibv_wc_status)h->status);
 		qp->tx_stopped = true;
 		break;
+	case SV_OP_SEQ_NAK:
+		/* IBA 9.7.5.2.2: everything before it was executed; send again from it. */
+		acked_upto(qp, h->msn - 1, true);
+		if (!qp->resending) { /* (once: as an implied NAK, acked_upto) */
+			rewind(qp, h->msn);
+			timer_restart(qp);
+		}
+		break;
 	case SV_OP_RNR:
+		if (sv_qp_lossy(qp)) {
+			rnr_nak(qp, h);
+			break;
+		}
 		/* IBA 9.7.5.2.8: wait; after rnr_retry tries (7: forever) give up. */
 		if (qp->attr.rnr_retry != 7 && !sv_hint(qp->rnr_deadline)) {
 			uint32_t t = h->status < 32 ? rnr_timer_us[h->status] : rnr_timer_us[0];
@@ -230,10 +395,52 @@ enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 	return SV_RX_CONSUMED;
 }
 
+/*
+ * SV_WIRE_LOSSY (sq.lock): an RNR NAK's wait ended, or no answer came for the transport
+ * timer's period (IBA 9.7.6.1.3): send again from the first WQE waiting, retry_cnt
+ * times, then RETRY_EXC_ERR.
+ */
+static int lossy_timers(struct sv_qp *qp)
+{
+	uint64_t now = sv_now_ns(), resend = sv_hint(qp->resend_at),
+		 deadline = sv_hint(qp->ack_deadline);
+	struct sv_send_wqe *w;
+
+	if (resend && now >= resend) {
+		sv_set_hint(qp->resend_at, 0);
+		rewind(qp, qp->rnr_msn);
+		timer_restart(qp);
+		return 1;
+	}
+	if (!deadline || now < deadline)
+		return 0;
+	w = first_waiting(qp);
+	if (!w && !qp->tx_off) {
+		sv_set_hint(qp->ack_deadline, 0);
+		return 0;
+	}
+	if (!qp->retry_left) {
+		sv_dbg("qp %u: no answer after %u retries: RETRY_EXC_ERR", qp->ibv.qp_base.qp_num,
+		       qp->attr.retry_cnt);
+		if (w) {
+			fail_waiting(qp, w, IBV_WC_RETRY_EXC_ERR);
+			sv_comp_complete_locked(qp);
+		}
+		sv_set_hint(qp->ack_deadline, 0);
+		return 1;
+	}
+	qp->retry_left--;
+	rewind(qp, w ? w->msn : qp->next_msn + 1);
+	timer_restart(qp);
+	return 1;
+}
+
 int sv_comp_timers(struct sv_qp *qp)
 {
 	struct sv_send_wqe *w;
 
+	if (sv_qp_lossy(qp) && (sv_hint(qp->resend_at) || sv_hint(qp->ack_deadline)))
+		return lossy_timers(qp);
 	if (!sv_hint(qp->rnr_deadline) || sv_now_ns() < sv_hint(qp->rnr_deadline))
 		return 0;
 	/* IBA 9.7.5.2.8: the RNR retries ran out. */

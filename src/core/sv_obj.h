@@ -211,6 +211,7 @@ struct sv_qp_counters {
 	_Atomic uint64_t rx_cma_bytes;      /* pulled from a requester's memory by the wire */
 	_Atomic uint64_t rx_fifo_bytes;     /* placed from, or answered into, messages */
 	_Atomic uint64_t rx_dropped;        /* UC, UD: messages dropped, no receive posted */
+	_Atomic uint64_t retransmits;       /* go-back-N resends (SV_WIRE_LOSSY) */
 };
 
 static inline void sv_count(_Atomic uint64_t *c, uint64_t n)
@@ -290,6 +291,12 @@ struct sv_qp {
 				       * RTR) has had the transport's retries (0: none) */
 	uint32_t rnr_msn;             /* the send an RNR NAK holds up */
 	_Atomic uint64_t rnr_deadline; /* ns; when its RNR retries run out (0: none) */
+	/* SV_WIRE_LOSSY (sv_comp.c): the transport timer and the retries left */
+	_Atomic uint64_t ack_deadline; /* ns: no answer by then, send again (0: off) */
+	_Atomic uint64_t resend_at;   /* ns: an RNR NAK's wait ends, resend from rnr_msn */
+	uint8_t retry_left, rnr_left;
+	bool resending;               /* sent again from a point, nothing answered since: a
+				       * NAK of what was in flight before starts no second go */
 	_Atomic int err_event;        /* SV_ERR_NONE, or the error to enter (sv_qp_fail) */
 	/* responder, under rx_busy */
 	struct sv_rx_dst rx_dst;      /* where the request at the head lands */
@@ -305,6 +312,7 @@ struct sv_qp {
 				       * receive is dropped (0: none kept) */
 	bool dropping;                /* UC, UD: one was, and no receive was posted since */
 	uint32_t rnr_told;            /* msn whose RNR NAK was sent */
+	uint32_t seq_nak_told;        /* SV_WIRE_LOSSY: the msn a sequence NAK asked for */
 	bool rx_active;               /* a SEND in segments is being received into rx_recv */
 	struct sv_recv rx_recv;
 	uint64_t resp_off;            /* bytes of the READ at the head already answered */

@@ -44,6 +44,21 @@ static inline void sv_rx_unlock(struct sv_qp *qp)
 	atomic_flag_clear_explicit(&qp->rx_busy, memory_order_release);
 }
 
+/* The QP's wire loses packets: the core retransmits (SV_WIRE_LOSSY). */
+static inline bool sv_qp_lossy(const struct sv_qp *qp)
+{
+	return qp->wire->caps & SV_WIRE_LOSSY;
+}
+
+/* The transport timer's period, ns: 4.096 us x 2^timeout (IBA 9.7.6.1.3); 0 (timeout 0)
+ * waits for ever. */
+static inline uint64_t sv_qp_ack_timeout_ns(const struct sv_qp *qp)
+{
+	uint8_t t = qp->attr.timeout;
+
+	return t ? 4096ull << (t < 31 ? t : 31) : 0;
+}
+
 /* msn order with wrap-around. */
 static inline bool sv_msn_le(uint32_t a, uint32_t b)
 {

@@ -193,6 +193,8 @@ static void qp_drain(struct sv_qp *qp)
 	qp->next_msn = 0;
 	qp->rd_atomic_out = 0;
 	sv_set_hint(qp->rnr_deadline, 0);
+	sv_set_hint(qp->ack_deadline, 0);
+	sv_set_hint(qp->resend_at, 0);
 	sv_set_hint(qp->tx_blocked, false);
 	sv_set_hint(qp->tx_kick, false);
 	sv_spin_unlock(&qp->sq.lock);
@@ -285,6 +287,14 @@ void sv_qp_data_state(struct sv_qp *qp, enum ibv_qp_state cur, enum ibv_qp_state
 		if (qp->srq)
 			sv_async_raise(ctx, IBV_EVENT_QP_LAST_WQE_REACHED, &qp->ibv.qp_base);
 		break;
+	case IBV_QPS_RTS:
+		/* The retries a lossy wire's requester has (sv_comp.c), full at every
+		 * answer that moves it on. */
+		sv_spin_lock(&qp->sq.lock);
+		qp->retry_left = qp->attr.retry_cnt;
+		qp->rnr_left = qp->attr.rnr_retry;
+		sv_spin_unlock(&qp->sq.lock);
+		break;
 	case IBV_QPS_SQD:
 		/* Drained when nothing transmitted waits for an answer. */
 		if (qp->attr.en_sqd_async_notify && sv_wq_count(&qp->sq) == 0)
@@ -374,7 +384,8 @@ int sv_qp_progress(struct sv_qp *qp)
 	if (qp->wire->timers)
 		n += qp->wire->timers(qp);
 	if ((sv_hint(qp->tx_blocked) || sv_hint(qp->tx_kick) || sv_hint(qp->rnr_deadline) ||
-	     sv_hint(qp->connect_pending)) && sv_spin_trylock(&qp->sq.lock)) {
+	     sv_hint(qp->connect_pending) || sv_hint(qp->ack_deadline) || sv_hint(qp->resend_at)) &&
+	    sv_spin_trylock(&qp->sq.lock)) {
 		uint32_t sent = qp->sq_next;
 		bool connect;
 
@@ -420,6 +431,7 @@ bool sv_qp_needs_timer(struct sv_qp *qp)
 {
 	return sv_hint(qp->tx_blocked) || sv_hint(qp->rnr_deadline) || sv_hint(qp->hold_until) ||
 	       sv_hint(qp->connect_pending) || sv_hint(qp->tx_kick) ||
+	       sv_hint(qp->ack_deadline) || sv_hint(qp->resend_at) ||
 	       (qp->wire->needs_timer && qp->wire->needs_timer(qp)) ||
 	       atomic_load_explicit(&qp->err_event, memory_order_relaxed) != SV_ERR_NONE;
 }

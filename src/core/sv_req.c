@@ -777,7 +777,7 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 		count_msg(qp, items[i].len);
 		w->byte_len = 0;
 		if (acked) {
-			w->msn = ++qp->next_msn;
+			w->msn = w->first_msn = ++qp->next_msn;
 			w->state = SV_WQE_WAIT;
 			qp->msg_writes_out++;
 		} else {
@@ -819,9 +819,20 @@ void sv_qp_tx_locked(struct sv_qp *qp)
 			if (took)
 				continue;
 		}
+		/* A resend (sv_comp.c, rewind) passes over what completed already: local
+		 * work, which carries no msn. */
+		if (w->state == SV_WQE_DONE) {
+			qp->sq_next++;
+			continue;
+		}
+		if (!qp->tx_off)
+			w->first_msn = qp->next_msn + 1;
 		r = tx_one(qp, w);
 		if (r == TX_GONE)
 			return;
+		if (r == TX_WAIT && sv_qp_lossy(qp) && !sv_hint(qp->ack_deadline) &&
+		    !sv_hint(qp->resend_at) && sv_qp_ack_timeout_ns(qp))
+			sv_set_hint(qp->ack_deadline, sv_now_ns() + sv_qp_ack_timeout_ns(qp));
 		if (r == TX_BLOCKED) {
 			atomic_store(&qp->tx_blocked, true); /* seq_cst: sv_engine_blocked */
 			break;

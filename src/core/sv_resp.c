@@ -90,11 +90,18 @@ static void count_rx(struct sv_qp *qp, const struct sv_hdr *h, uint64_t bytes)
 	sv_count(&qp->cnt.rx_bytes, bytes);
 }
 
-/* No receive for an RC message: Receiver Not Ready, it waits where the wire keeps it. */
+/* No receive for an RC message: Receiver Not Ready, it waits where the wire keeps it. A
+ * lossy wire keeps nothing: the requester sends it again after the timer, and each
+ * arrival is answered (an RNR NAK may be lost too). */
 static enum sv_rx rnr(struct sv_qp *qp, const struct sv_hdr *h)
 {
 	if (qp->rx_dst.srq)
 		atomic_store(&qp->rx_dst.srq->rnr_waiting, 1);
+	if (sv_qp_lossy(qp)) {
+		(void)answer(qp, SV_OP_RNR, h->msn,
+			     atomic_load_explicit(&qp->pub.min_rnr_timer, memory_order_relaxed));
+		return SV_RX_HOLD;
+	}
 	if (qp->rnr_told != h->msn &&
 	    !answer(qp, SV_OP_RNR, h->msn,
 		    atomic_load_explicit(&qp->pub.min_rnr_timer, memory_order_relaxed)))
@@ -348,8 +355,12 @@ static enum sv_rx rx_read(struct sv_qp *qp, const struct sv_hdr *h)
 		r.len = (uint32_t)n;
 		r.flags = (qp->resp_off ? 0 : SV_F_FIRST) |
 			  (qp->resp_off + n == h->total ? SV_F_LAST : 0);
-		if (qp->wire->send(qp, &r, &src, n ? 1 : 0))
+		if (qp->wire->send(qp, &r, &src, n ? 1 : 0)) {
+			/* A lossy wire keeps nothing: the requester asks again. */
+			if (sv_qp_lossy(qp))
+				qp->resp_off = 0;
 			return SV_RX_HOLD;
+		}
 		qp->resp_off += n;
 	} while (qp->resp_off < h->total);
 	count_rx(qp, h, h->total);
@@ -493,6 +504,24 @@ static enum sv_rx rx_xrc(struct sv_qp *qp, const struct sv_hdr *h, const struct 
 }
 
 /*
+ * SV_WIRE_LOSSY: a READ taken already comes again (its response, or part of it, was
+ * lost): read and answer it again, as IBA 9.7.5.1.1 has the responder do. Nothing else
+ * of the responder's state moves (what was acknowledged stays so).
+ */
+static enum sv_rx dup_read(struct sv_qp *qp, const struct sv_hdr *h)
+{
+	uint32_t due = qp->ack_due, sent = qp->ack_sent;
+
+	if (qp->resp_off)
+		return SV_RX_CONSUMED; /* another READ's answer is under way: asked again later */
+	(void)rx_read(qp, h);
+	qp->resp_off = 0;
+	qp->ack_due = due;
+	qp->ack_sent = sent;
+	return SV_RX_CONSUMED;
+}
+
+/*
  * A request whose msn is not the next one (IBA 9.7.5.1.1, the PSN checks): one already
  * taken is a duplicate — executed once, so it is answered again (an atomic with the
  * value it had, anything else with the acknowledgement of everything taken) and not
@@ -501,11 +530,24 @@ static enum sv_rx rx_xrc(struct sv_qp *qp, const struct sv_hdr *h, const struct 
  */
 static enum sv_rx out_of_sequence(struct sv_qp *qp, const struct sv_hdr *h)
 {
+	bool lossy = sv_qp_lossy(qp);
+
 	if (sv_msn_le(h->msn, qp->rx_msn)) {
 		if (h->op == SV_OP_ATOMIC && qp->resp_valid && qp->resp.msn == h->msn)
-			return qp->wire->send(qp, &qp->resp, NULL, 0) ? SV_RX_HOLD : SV_RX_CONSUMED;
+			return qp->wire->send(qp, &qp->resp, NULL, 0) && !lossy ? SV_RX_HOLD
+										: SV_RX_CONSUMED;
+		if (lossy && h->op == SV_OP_READ_REQ)
+			return dup_read(qp, h);
 		if (qp->rx_msn)
 			ack(qp, qp->rx_msn, true);
+		return SV_RX_CONSUMED;
+	}
+	if (lossy) {
+		/* IBA 9.7.5.1.1: requests were lost. One NAK for the gap asks the requester to
+		 * send again from the one expected; what comes meanwhile is dropped. */
+		if (qp->seq_nak_told != qp->rx_msn + 1 &&
+		    !answer(qp, SV_OP_SEQ_NAK, qp->rx_msn + 1, 0))
+			qp->seq_nak_told = qp->rx_msn + 1;
 		return SV_RX_CONSUMED;
 	}
 	sv_dbg("qp %u: request msn %u from qp %u, expected %u: sequence error",
@@ -573,6 +615,11 @@ enum sv_rx sv_resp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 		r = qp->xrcd ? rx_xrc(qp, h, p) : rx_request(qp, h, p);
 		if (r == SV_RX_CONSUMED)
 			qp->rx_msn = h->msn;
+		qp->seq_nak_told = 0;
+		/* Executed (not refused: the QP would be failing now): acknowledged if asked. */
+		if (r == SV_RX_CONSUMED && (h->flags & SV_F_ACK_REQ) && !(h->flags & SV_F_LAST) &&
+		    atomic_load(&qp->err_event) == SV_ERR_NONE)
+			ack(qp, h->msn, true);
 		return r;
 	}
 	return qp->xrcd ? rx_xrc(qp, h, p) : rx_request(qp, h, p);
@@ -601,6 +648,7 @@ void sv_resp_reset(struct sv_qp *qp)
 	sv_set_hint(qp->hold_until, 0);
 	qp->dropping = false;
 	qp->rnr_told = 0;
+	qp->seq_nak_told = 0;
 	qp->rx_active = false;
 	qp->resp_off = 0;
 	qp->resp_pending = false;

@@ -42,6 +42,8 @@ enum sv_op {
 	SV_OP_RNR,         /* request msn waits for a receive (status: the RNR timer code) */
 	SV_OP_READ_RESP,   /* a segment of READ msn's data, at offset */
 	SV_OP_ATOMIC_RESP, /* the original value of atomic msn (in value); acknowledges it */
+	SV_OP_SEQ_NAK,     /* (SV_WIRE_LOSSY) requests from msn on did not arrive in order:
+			    * every one before was executed; send again from msn */
 };
 
 enum sv_hdr_flags {
@@ -60,6 +62,9 @@ enum sv_hdr_flags {
 				  * all in) */
 	SV_F_KEEP = 1 << 9,      /* UC, UD SEND: the wire can keep it where it is while no
 				  * receive is posted (sv_resp.c hold_unreliable) */
+	SV_F_ACK_REQ = 1 << 10,  /* a request's segment within its message that the
+				  * requester wants acknowledged once executed (IBA 9.7.5.1:
+				  * the A bit; a message's last is acknowledged anyway) */
 };
 
 /* One segment of a message, or an answer. */
@@ -118,6 +123,12 @@ enum sv_wire_caps {
 	SV_WIRE_RINGS = 1 << 8,   /* a QP armed stays armed, and the wire wakes it when work
 				   * comes (sv_engine_wake_qp): the progress thread may leave it
 				   * out of its passes while it is idle */
+	SV_WIRE_LOSSY = 1 << 9,   /* packets may be lost, duplicated or reordered, and the
+				   * wire keeps nothing for later (a request the responder
+				   * holds is dropped): the core retransmits (go-back-N from
+				   * the first unacknowledged msn on the transport timer, a
+				   * sequence NAK, an implied NAK, after an RNR NAK's wait), and
+				   * the responder NAKs a gap once and answers duplicates */
 };
 
 /* Whether a QP's peer can take a message now (sv_wire_ops.reach). */

@@ -42,6 +42,7 @@ struct sv_send_wqe {
 	uint32_t xrc_srqn;   /* XRC initiator: the remote SRQ (wr.qp_type.xrc.remote_srqn) */
 	/* requester state (src/core/sv_req.c, sv_comp.c) */
 	uint32_t msn;        /* the message that carries it, when it waits for the responder */
+	uint32_t first_msn;  /* ... its first segment's (a resend starts there) */
 	uint32_t byte_len;   /* for the completion: READ and atomics */
 	uint8_t state;       /* enum sv_wqe_state */
 	uint8_t status;      /* enum ibv_wc_status once done */

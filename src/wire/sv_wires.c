@@ -26,6 +26,11 @@ bool sv_wire_is_iwarp(const struct sv_wire_ops *w)
 	return w == &sv_wire_iwarp;
 }
 
+bool sv_wire_is_roce(const struct sv_wire_ops *w)
+{
+	return w == &sv_wire_roce;
+}
+
 int sv_wire_adopt_stream(struct sv_qp *qp, int fd, const struct sv_stream *s)
 {
 	return qp->wire == &sv_wire_iwarp ? iw_qp_adopt(qp, fd, s) : -EINVAL;
@@ -43,12 +48,13 @@ const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type)
 	if (w && !strcmp(w, "iwarp") && type != IBV_QPT_UD && type != IBV_QPT_XRC_SEND &&
 	    type != IBV_QPT_XRC_RECV)
 		return &sv_wire_iwarp;
-	if (w && strcmp(w, "shm") && strcmp(w, "iwarp")) {
+	if (w && strcmp(w, "shm") && strcmp(w, "iwarp") && strcmp(w, "roce")) {
 		static _Atomic bool told;
 
 		if (!atomic_exchange(&told, true))
-			sv_warn("SOFTVERBS_WIRE=%s: not a wire (shm, iwarp); using shm", w);
+			sv_warn("SOFTVERBS_WIRE=%s: not a wire (shm, iwarp, roce); using shm", w);
 	}
+	/* roce: created here, moved to RoCE at RTR (sv_wire_for_peer). */
 	return &sv_wire_shm;
 }
 
@@ -62,6 +68,15 @@ const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type, bool *local)
 	if (type != IBV_QPT_UD || (w && !strcmp(w, "0")))
 		return NULL;
 	return &sv_wire_udp;
+}
+
+/* SOFTVERBS_WIRE=roce: RC QPs connect over RoCE v2 whatever their peer, this host's too
+ * (the rest as without it: UC stays on iWARP between hosts, until RoCE carries it). */
+static bool roce_wanted(void)
+{
+	const char *w = getenv("SOFTVERBS_WIRE");
+
+	return w && !strcmp(w, "roce");
 }
 
 /* SOFTVERBS_WIRE names a wire for every QP: where the peer is decides nothing then. */
@@ -95,6 +110,8 @@ const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp)
 
 	if (qp->wire_fixed || !connected(qp->ibv.qp_base.qp_type))
 		return qp->wire;
+	if (roce_wanted() && qp->ibv.qp_base.qp_type == IBV_QPT_RC && ah->is_global)
+		return &sv_wire_roce;
 	/* A LID names a port of this host (softverbs' LIDs are host-unique); a GID of ours,
 	 * this host; any other GID, another host. */
 	if (!ah->is_global || sv_host_find_gid(&sv_qp_ctx(qp)->host, &ah->grh.dgid) >= 0)

@@ -22,6 +22,7 @@ const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp);
 /* The wire the calling thread's next QP takes ("shm", "iwarp"; NULL: the default). */
 void sv_wire_choose_next(const char *name);
 bool sv_wire_is_iwarp(const struct sv_wire_ops *w);
+bool sv_wire_is_roce(const struct sv_wire_ops *w);
 /* An iWARP QP in INIT takes a connected stream whose MPA exchange is done (rdma_cm). */
 int sv_wire_adopt_stream(struct sv_qp *qp, int fd, const struct sv_stream *s);
 

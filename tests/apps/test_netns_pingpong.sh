@@ -40,6 +40,12 @@ done
 # ucp_put_bw changes its buffer while its WRITEs are out: with CRC32c on, the CRC must
 # cover the bytes that went (a bad CRC once ended the connection).
 CASES+=(ucx_rc_tag_lat ucx_rc_tag_bw ucx_rc_put_bw ucx_ud_tag_lat ucx_ud_tag_bw)
+# RC over RoCE v2 (SOFTVERBS_WIRE=roce: the IBA's transport in UDP datagrams to port
+# 4791) instead of iWARP: SEND, WRITE, READ and atomics, and with packets lost on the
+# link (netem), which the transport's retransmission must make good.
+CASES+=(rc_pingpong_roce rc_pingpong_1mib_roce srq_pingpong_roce walkthrough_roce
+        ib_send_lat_roce ib_write_bw_roce ib_read_lat_roce ib_read_bw_roce
+        ib_atomic_lat_roce rc_pingpong_roce_loss)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${CASES[@]}"
   exit 0
@@ -323,8 +329,59 @@ perftest_case() {
   esac
 }
 
+# udp_out NS: the UDP datagrams NS has sent (its /proc/net/snmp).
+udp_out() {
+  ip netns exec "$1" awk '$1 == "Udp:" && $2 ~ /^[0-9]+$/ { print $5 }' /proc/net/snmp
+}
+
+# roce CASE: CASE (a pingpong, the walk-through or perftest) with both ends' RC QPs on
+# RoCE v2, and its traffic as UDP datagrams from B (iWARP would send none).
+roce() {
+  local name=$1 base=${1%_roce} u0
+  u0=$(udp_out "$NS_B")
+  export SOFTVERBS_WIRE=roce
+  if declare -F "case_$base" >/dev/null; then "case_$base"; else perftest_case "$base"; fi
+  unset SOFTVERBS_WIRE
+  check "$name: its packets went as UDP datagrams from B ($(($(udp_out "$NS_B") - u0)))" \
+    test $(($(udp_out "$NS_B") - u0)) -ge 20
+}
+
+# 2 % of the RoCE packets leaving each side dropped (nftables; the kernel may have no
+# netem): every message still arrives once, whole (-c checks every byte), the transport
+# timer and sequence NAKs sending again.
+LOSS_RULES='table inet svloss {
+  chain out {
+    type filter hook output priority 0;
+    udp dport 4791 numgen random mod 100 < 2 counter drop
+  }
+}'
+case_rc_pingpong_roce_loss() {
+  local ns ok=1 dropped
+  for ns in "$NS_A" "$NS_B"; do
+    echo "$LOSS_RULES" | ip netns exec "$ns" nft -f - 2>/dev/null || ok=0
+  done
+  if [ $ok -eq 0 ]; then
+    check "rc_pingpong_roce_loss: nftables drops packets in the namespaces" false
+  else
+    export SOFTVERBS_WIRE=roce
+    pp rc_pingpong_roce_loss 4096 300 ibv_rc_pingpong
+    unset SOFTVERBS_WIRE
+    dropped=$(ip netns exec "$NS_B" nft list table inet svloss | awk '/counter/ { print $(NF - 3) }')
+    check "rc_pingpong_roce_loss: B's link dropped packets (${dropped:-?})" test "${dropped:-0}" -gt 0
+  fi
+  for ns in "$NS_A" "$NS_B"; do
+    ip netns exec "$ns" nft delete table inet svloss 2>/dev/null
+  done
+}
+
 for c in "$@"; do
   echo "== $c"
-  if declare -F "case_$c" >/dev/null; then "case_$c"; else perftest_case "$c"; fi
+  if declare -F "case_$c" >/dev/null; then
+    "case_$c"
+  elif [[ $c == *_roce ]]; then
+    roce "$c"
+  else
+    perftest_case "$c"
+  fi
 done
 finish

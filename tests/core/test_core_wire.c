@@ -106,7 +106,7 @@ static enum ibv_qp_state qp_state(struct ibv_qp *qp)
 	return tu_query_state(qp);
 }
 
-static int setup_with(void **state, bool unordered)
+static int setup_with(void **state, bool unordered, bool lossy)
 {
 	struct fx *f = calloc(1, sizeof(*f));
 	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
@@ -121,6 +121,7 @@ static int setup_with(void **state, bool unordered)
 		return -1;
 	tw_reset_knobs();
 	tw_unordered = unordered;
+	tw_lossy = lossy;
 	f->ctx = tu_open();
 	f->pd = ibv_alloc_pd(f->ctx);
 	f->cqa = ibv_create_cq(f->ctx, N_WC, NULL, NULL, 0);
@@ -147,13 +148,19 @@ static int setup_with(void **state, bool unordered)
 
 static int setup(void **state)
 {
-	return setup_with(state, false);
+	return setup_with(state, false, false);
 }
 
 /* QPs on tw_wire_unordered (caps without SV_WIRE_ORDERED). */
 static int setup_unordered(void **state)
 {
-	return setup_with(state, true);
+	return setup_with(state, true, false);
+}
+
+/* QPs on tw_wire_lossy (SV_WIRE_LOSSY: the core retransmits). */
+static int setup_lossy(void **state)
+{
+	return setup_with(state, false, true);
 }
 
 static int teardown(void **state)
@@ -655,6 +662,128 @@ static void test_unordered_dropped_request(void **state)
 	assert_int_equal(f->ca.n, 1);
 }
 
+/* --- a lossy wire (tw_wire_lossy: what RoCE's is) ---------------------------------------- */
+
+/* Every message carried twice: each SEND fills one receive, and completes once. */
+static void test_lossy_duplicated_sends(void **state)
+{
+	struct fx *f = *state;
+
+	tw_knobs.dup_all = true;
+	connect_ab(f, 7);
+	fill(f->buf_a, 3000, 41);
+	for (int i = 0; i < 3; i++)
+		post_recv(f, 1 + (uint64_t)i, f->buf_b + i * 4096, 4096);
+	post_a(f, 10, IBV_WR_SEND, 0, 3000, 0, 0);
+	post_a(f, 11, IBV_WR_SEND, 0, 100, 0, 0);
+	WAIT_FOR(f, f->ca.n == 2 && f->cb.n == 2, "the SENDs' completions");
+	expect_wc(&f->ca.wc[0], 10, IBV_WC_SUCCESS, IBV_WC_SEND);
+	expect_wc(&f->ca.wc[1], 11, IBV_WC_SUCCESS, IBV_WC_SEND);
+	assert_false(HAPPENS_WITHIN(f, f->cb.n > 2, 100));
+	assert_memory_equal(f->buf_b, f->buf_a, 3000);
+	assert_memory_equal(f->buf_b + 4096, f->buf_a, 100);
+}
+
+/* The first segment held behind the second: the responder NAKs the gap once, the
+ * requester sends again from it, and the SEND lands whole. */
+static void test_lossy_swapped_segments(void **state)
+{
+	struct fx *f = *state;
+
+	tw_knobs.swap_first = true;
+	connect_ab(f, 7);
+	fill(f->buf_a, 2000, 42);
+	post_recv(f, 1, f->buf_b, 4096);
+	post_a(f, 2, IBV_WR_SEND, 0, 2000, 0, 0);
+	WAIT_FOR(f, f->ca.n == 1 && f->cb.n == 1, "the SEND's completions");
+	expect_wc(&f->ca.wc[0], 2, IBV_WC_SUCCESS, IBV_WC_SEND);
+	assert_int_equal(f->cb.wc[0].byte_len, 2000);
+	assert_memory_equal(f->buf_b, f->buf_a, 2000);
+	assert_true(tw_sent(f->a->qp_num, SV_OP_SEND) > 2); /* (sent again) */
+}
+
+/* The first request lost: the transport timer (timeout 14: 67 ms) sends it again. */
+static void test_lossy_dropped_request(void **state)
+{
+	struct fx *f = *state;
+
+	tw_knobs.drop_first = true;
+	connect_ab(f, 7);
+	fill(f->buf_a, 100, 43);
+	post_recv(f, 1, f->buf_b, 256);
+	post_a(f, 2, IBV_WR_SEND, 0, 100, 0, 0);
+	WAIT_FOR(f, f->ca.n == 1 && f->cb.n == 1, "the SEND's completions");
+	expect_wc(&f->ca.wc[0], 2, IBV_WC_SUCCESS, IBV_WC_SEND);
+	assert_memory_equal(f->buf_b, f->buf_a, 100);
+}
+
+/* Nothing arrives: after retry_cnt (7) retries, each a timeout (67 ms), RETRY_EXC_ERR,
+ * and what follows is flushed. */
+static void test_lossy_silent_peer(void **state)
+{
+	struct fx *f = *state;
+	long long t0 = tu_now_ms(), dt;
+
+	tw_knobs.drop_all = true;
+	connect_ab(f, 7);
+	post_a(f, 1, IBV_WR_SEND, 0, 100, 0, 0);
+	post_a(f, 2, IBV_WR_RDMA_WRITE, 0, 100, (uintptr_t)f->buf_b, f->mrb->rkey);
+	WAIT_FOR(f, f->ca.n == 2, "RETRY_EXC_ERR, then the flush");
+	dt = tu_now_ms() - t0;
+	expect_wc(&f->ca.wc[0], 1, IBV_WC_RETRY_EXC_ERR, IBV_WC_SEND);
+	assert_int_equal(f->ca.wc[1].status, IBV_WC_WR_FLUSH_ERR);
+	if (dt < 8 * 67)
+		fail_msg("RETRY_EXC_ERR after %lld ms, before 8 x 67 ms", dt);
+	assert_int_equal(tw_sent(f->a->qp_num, SV_OP_SEND), 8);
+}
+
+/* A READ whose response is lost, then a SEND behind it acknowledged: an implied NAK
+ * (IBA 9.7.5.1.1) sends the READ again; both complete, the data read is right. */
+static void test_lossy_read_response_lost(void **state)
+{
+	struct fx *f = *state;
+
+	connect_ab(f, 7);
+	fill(f->buf_b, 3000, 44);
+	post_recv(f, 1, f->buf_b + 8192, 256);
+	tw_knobs.drop_read_resp = true;
+	tw_knobs.seg_max = 4096; /* the response one segment: lost whole */
+	post_a(f, 2, IBV_WR_RDMA_READ, 0, 3000, (uintptr_t)f->buf_b, f->mrb->rkey);
+	post_a(f, 3, IBV_WR_SEND, 4096, 10, 0, 0);
+	WAIT_FOR(f, f->ca.n == 2 && f->cb.n == 1, "the READ's and the SEND's completions");
+	expect_wc(&f->ca.wc[0], 2, IBV_WC_SUCCESS, IBV_WC_RDMA_READ);
+	expect_wc(&f->ca.wc[1], 3, IBV_WC_SUCCESS, IBV_WC_SEND);
+	assert_memory_equal(f->buf_a, f->buf_b, 3000);
+}
+
+/* No receive: RNR NAKs (min_rnr_timer 10 us), the SEND sent again after each wait, until
+ * the receive is posted; with rnr_retry 0 the first NAK ends it. */
+static void test_lossy_rnr(void **state)
+{
+	struct fx *f = *state;
+
+	connect_ab(f, 7);
+	fill(f->buf_a, 100, 45);
+	post_a(f, 1, IBV_WR_SEND, 0, 100, 0, 0);
+	WAIT_FOR(f, tw_sent(f->a->qp_num, SV_OP_SEND) >= 3, "the SEND sent again after RNR NAKs");
+	assert_int_equal(f->ca.n, 0);
+	post_recv(f, 7, f->buf_b, 256);
+	WAIT_FOR(f, f->ca.n == 1 && f->cb.n == 1, "the SEND's completions");
+	expect_wc(&f->ca.wc[0], 1, IBV_WC_SUCCESS, IBV_WC_SEND);
+	assert_memory_equal(f->buf_b, f->buf_a, 100);
+}
+
+static void test_lossy_rnr_retries_exhausted(void **state)
+{
+	struct fx *f = *state;
+
+	connect_ab(f, 0);
+	post_a(f, 1, IBV_WR_SEND, 0, 100, 0, 0);
+	WAIT_FOR(f, f->ca.n == 1, "RNR_RETRY_EXC_ERR");
+	expect_wc(&f->ca.wc[0], 1, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SEND);
+	assert_int_equal(f->cb.n, 0);
+}
+
 /* --- a hostile peer ---------------------------------------------------------------------- */
 
 /* B connected to a phantom (the hostile peer), in RTS. */
@@ -1053,6 +1182,14 @@ int main(void)
 		U(test_unordered_duplicated_send),
 		U(test_unordered_swapped_segments),
 		U(test_unordered_dropped_request),
+#define L(fn) cmocka_unit_test_setup_teardown(fn, setup_lossy, teardown)
+		L(test_lossy_duplicated_sends),
+		L(test_lossy_swapped_segments),
+		L(test_lossy_dropped_request),
+		L(test_lossy_silent_peer),
+		L(test_lossy_read_response_lost),
+		L(test_lossy_rnr),
+		L(test_lossy_rnr_retries_exhausted),
 #undef U
 #undef T
 	};

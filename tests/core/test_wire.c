@@ -33,7 +33,8 @@ struct tw_ep {
 	uint64_t polls;
 	/* under the table's lock */
 	bool used, phantom;
-	bool unordered; /* its QP has tw_wire_unordered: the knobs apply */
+	bool unordered; /* its QP has tw_wire_unordered or _lossy: the knobs apply */
+	bool lossy;     /* ... tw_wire_lossy: what the responder holds is dropped */
 	struct sv_qp *qp;
 	/* the owner's connection: written under its rx_busy and sq.lock */
 	_Atomic uint32_t peer;
@@ -43,7 +44,7 @@ struct tw_ep {
 	_Atomic uint64_t sent[TW_OPS], eagain, delivered;
 	_Atomic uint32_t max_len;
 	/* unordered knobs, under lock */
-	uint64_t puts;
+	uint64_t puts, read_resps;
 	struct tw_msg *held;
 };
 
@@ -53,12 +54,12 @@ static uint32_t next_qpn = TW_FIRST_QPN;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 struct tw_knobs tw_knobs = { .seg_max = 1000, .capacity = TW_QMAX };
-bool tw_unordered;
+bool tw_unordered, tw_lossy;
 
 void tw_reset_knobs(void)
 {
 	tw_knobs = (struct tw_knobs){ .seg_max = 1000, .capacity = TW_QMAX };
-	tw_unordered = false;
+	tw_unordered = tw_lossy = false;
 }
 
 static void init_eps(void)
@@ -103,7 +104,7 @@ static void queue_clear(struct tw_ep *e)
 	}
 	free(e->held);
 	e->held = NULL;
-	e->puts = 0;
+	e->puts = e->read_resps = 0;
 	pthread_mutex_unlock(&e->lock);
 }
 
@@ -126,6 +127,10 @@ enum mangle { M_QUEUE, M_DROP, M_HOLD, M_TWICE };
 
 static enum mangle mangle(struct tw_ep *e, uint8_t op)
 {
+	if (op < SV_OP_REQ_MAX && tw_knobs.drop_all)
+		return M_DROP;
+	if (op == SV_OP_READ_RESP && tw_knobs.drop_read_resp && ++e->read_resps == 1)
+		return M_DROP;
 	if (op < SV_OP_REQ_MAX && ++e->puts == 1) {
 		if (tw_knobs.drop_first)
 			return M_DROP;
@@ -226,7 +231,8 @@ static int qp_init(struct sv_qp *qp, uint32_t *qpn)
 	if (!n)
 		return -ENOSPC;
 	qp->wire_qp = &eps[n];
-	eps[n].unordered = qp->wire == &tw_wire_unordered;
+	eps[n].unordered = qp->wire == &tw_wire_unordered || qp->wire == &tw_wire_lossy;
+	eps[n].lossy = qp->wire == &tw_wire_lossy;
 	*qpn = n;
 	return 0;
 }
@@ -425,7 +431,7 @@ static int poll_qp(struct sv_qp *qp)
 			if (sv_qp_type_reliable(qp->ibv.qp_base.qp_type) && ab &&
 			    h.op != SV_OP_TERMINATE && (int32_t)(ab - h.msn) >= 0)
 				h.flags |= SV_F_ABANDONED;
-			if (sv_resp_deliver(qp, &h, &p.p) == SV_RX_HOLD)
+			if (sv_resp_deliver(qp, &h, &p.p) == SV_RX_HOLD && !e->lossy)
 				break;
 		} else {
 			sv_comp_deliver(qp, &h, &p.p);
@@ -545,13 +551,20 @@ const struct sv_wire_ops tw_wire_unordered = {
 	TW_WIRE_OPS
 };
 
+/* The same, lossy: the core retransmits (go-back-N on its transport timer, NAKs). */
+const struct sv_wire_ops tw_wire_lossy = {
+	.name = "test-lossy",
+	.caps = SV_WIRE_ACKED | SV_WIRE_ATOMICS | SV_WIRE_IMM | SV_WIRE_SEND_IMM | SV_WIRE_LOSSY,
+	TW_WIRE_OPS
+};
+
 /* Which wire a new QP gets: this one. Defined here, the link never pulls sv_wires.o (and
  * with it the shm wire) out of libsvcore.a. */
 const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type);
 const struct sv_wire_ops *sv_wire_for_qp(enum ibv_qp_type type)
 {
 	(void)type;
-	return tw_unordered ? &tw_wire_unordered : &tw_wire;
+	return tw_lossy ? &tw_wire_lossy : tw_unordered ? &tw_wire_unordered : &tw_wire;
 }
 
 const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type, bool *local);
@@ -583,6 +596,13 @@ void sv_wire_choose_next(const char *name)
 
 bool sv_wire_is_iwarp(const struct sv_wire_ops *w);
 bool sv_wire_is_iwarp(const struct sv_wire_ops *w)
+{
+	(void)w;
+	return false;
+}
+
+bool sv_wire_is_roce(const struct sv_wire_ops *w);
+bool sv_wire_is_roce(const struct sv_wire_ops *w)
 {
 	(void)w;
 	return false;

@@ -8,9 +8,10 @@
  * WRITE and READ responses into many segments), the capacity of a queue (send says
  * -EAGAIN beyond it: the core must resume), and a delay (a message is delivered only
  * after that many polls of its receiver). The wire is ORDERED (each message exactly once,
- * in order): the core needs that today (sv_resp.c takes a gap for a sequence error,
- * sv_comp.c has no transport timer to retransmit). Its reorder, drop and duplicate knobs are for tw_wire_unordered,
- * whose caps say so, and the tests that use it show what fails.
+ * in order). Its reorder, drop and duplicate knobs are for tw_wire_unordered, whose caps
+ * lack SV_WIRE_ORDERED but do not ask the core to retransmit (the tests that use it show
+ * what then fails), and for tw_wire_lossy, whose caps say SV_WIRE_LOSSY (RoCE's): the
+ * core's go-back-N, transport timer and NAKs make every message arrive once.
  *
  * A phantom is a QPN no QP owns: a QP connected to it sends into its queue, and the test
  * plays the peer by hand (tw_take what the QP sent, tw_inject what a hostile peer would
@@ -32,14 +33,18 @@ struct tw_knobs {
 	 * SV_WIRE_ORDERED): each endpoint's first message is dropped, or held until its
 	 * second has gone ahead of it; or every message is carried twice. */
 	bool drop_first, swap_first, dup_all;
+	bool drop_all; /* every request lost (a peer gone silent) */
+	bool drop_read_resp; /* each endpoint's first READ response segment lost */
 };
 
 enum { TW_QMAX = 4096, TW_OPS = 16 };
 
 extern struct tw_knobs tw_knobs;
-extern const struct sv_wire_ops tw_wire, tw_wire_unordered;
-/* Which of the two a QP created from now on gets (sv_wire_for_qp). */
-extern bool tw_unordered;
+extern const struct sv_wire_ops tw_wire, tw_wire_unordered, tw_wire_lossy;
+/* Which a QP created from now on gets (sv_wire_for_qp): tw_wire_unordered, or with
+ * tw_lossy tw_wire_lossy (SV_WIRE_LOSSY: the same knobs, and a request the responder
+ * holds is dropped, as a NIC drops it, for the requester to send again). */
+extern bool tw_unordered, tw_lossy;
 
 /* Defaults: seg_max 1000, capacity TW_QMAX, no delay. */
 void tw_reset_knobs(void);

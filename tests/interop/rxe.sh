@@ -8,6 +8,9 @@
 #   way, sizes 64 and 1024 (rxe0's MTU on a 1500-byte link is 1024);
 #   ib_send_lat -c UD -s 2 and ib_send_bw -c UD -s 1024 (perftest, -x GID index), once
 #   each way
+#   RC over RoCE v2 (SOFTVERBS_WIRE=roce): ibv_rc_pingpong -c (64 and 4096 bytes) and
+#   ibv_srq_pingpong -c, RUNS times each way; perftest's send/write/read/atomic latency
+#   and send/write/read bandwidth, once each way (MTU 1024 on both sides)
 # and the same with both ends on rxe in the guest, for rxe's own figure beside ours
 # (emulated kernel code: compare within one run only).
 #
@@ -45,79 +48,95 @@ if [ "${1:-}" = --host-side ]; then
   pp_ok() { [ "$1" -eq 0 ] && grep -q "$ITERS iters" "$2" && ! grep -qiE 'mismatch|fail' "$2"; }
 
   port=18600
-  for size in 64 1024; do
+  # pp_ways KIND PROG SIZE [ARGS...]: PROG with -c and ARGS between softverbs (KIND rc:
+  # SOFTVERBS_WIRE=roce) and rxe, RUNS times each way, then rxe with itself for its own
+  # figure.
+  pp_ways() {
+    local kind=$1 prog=$2 size=$3 r rc src out env=()
+    shift 3
+    [ "$kind" = rc ] && env=(env SOFTVERBS_WIRE=roce)
     for r in $(seq "$RUNS"); do
       # softverbs client -> rxe server
       port=$((port + 1))
-      gsh "ibv_ud_pingpong -d rxe0 -g $GG -c -s $size -n $ITERS -p $port > /tmp/us.log 2>&1 < /dev/null &" >/dev/null
+      gsh "$prog -d rxe0 -g $GG $* -c -s $size -n $ITERS -p $port > /tmp/ps.log 2>&1 < /dev/null &" >/dev/null
       glisten $port >/dev/null
-      timeout 60 "$SV" run ibv_ud_pingpong -g "$HG" -c -s $size -n "$ITERS" -p $port $G \
-        > "$T/uc.log" 2>&1; rc=$?
-      out=$(gsh "i=0; while pidof ibv_ud_pingpong >/dev/null && [ \$i -lt 100 ]; do sleep 0.2; i=\$((i+1)); done
-                 killall -9 ibv_ud_pingpong 2>/dev/null; grep -c 'iters in' /tmp/us.log; grep -iE 'mismatch|fail' /tmp/us.log | head -2")
-      check "ud_pingpong -s $size softverbs->rxe run $r (rc $rc, server: ${out//$'\n'/ })" \
-        pp_ok $rc "$T/uc.log" ||
-        { cp "$T/uc.log" "$T/fail-ud-sv-$size-$r.log"; tail -n 3 "$T/uc.log" | sed 's/^/    /'
-          gsh "tail -n 5 /tmp/us.log; dmesg | tail -n 5" | sed 's/^/    guest: /'; }
-      figure "ud_pingpong_$size" softverbs-client/rxe-server "$(usec "$T/uc.log")"
+      timeout 60 "${env[@]}" "$SV" run $prog -g "$HG" "$@" -c -s $size -n "$ITERS" -p $port $G \
+        > "$T/pc.log" 2>&1; rc=$?
+      out=$(gsh "i=0; while pidof $prog >/dev/null && [ \$i -lt 100 ]; do sleep 0.2; i=\$((i+1)); done
+                 killall -9 $prog 2>/dev/null; grep -c 'iters in' /tmp/ps.log; grep -iE 'mismatch|fail' /tmp/ps.log | head -2")
+      check "$prog -s $size softverbs->rxe run $r (rc $rc, server: ${out//$'\n'/ })" \
+        pp_ok $rc "$T/pc.log" ||
+        { cp "$T/pc.log" "$T/fail-$kind-sv-$prog-$size-$r.log"; tail -n 3 "$T/pc.log" | sed 's/^/    /'
+          gsh "tail -n 5 /tmp/ps.log; dmesg | tail -n 5" | sed 's/^/    guest: /'; }
+      figure "${prog}_$size" softverbs-client/rxe-server "$(usec "$T/pc.log")"
       # rxe client -> softverbs server
       port=$((port + 1))
-      timeout 60 "$SV" run ibv_ud_pingpong -g "$HG" -c -s $size -n "$ITERS" -p $port \
-        > "$T/us.log" 2>&1 &
+      timeout 60 "${env[@]}" "$SV" run $prog -g "$HG" "$@" -c -s $size -n "$ITERS" -p $port \
+        > "$T/ps.log" 2>&1 &
       spid=$!
       hlisten $port
-      out=$(gsh "timeout 60 ibv_ud_pingpong -d rxe0 -g $GG -c -s $size -n $ITERS -p $port $H > /tmp/uc.log 2>&1
-                 echo \$?; awk '/usec\\/iter/ { print \$(NF-1) }' /tmp/uc.log | tail -n 1")
+      out=$(gsh "timeout 60 $prog -d rxe0 -g $GG $* -c -s $size -n $ITERS -p $port $H > /tmp/pc.log 2>&1
+                 echo \$?; awk '/usec\\/iter/ { print \$(NF-1) }' /tmp/pc.log | tail -n 1")
       wait $spid; src=$?
       set -- $out
-      check "ud_pingpong -s $size rxe->softverbs run $r (client rc ${1:-?}, server rc $src)" \
+      check "$prog -s $size rxe->softverbs run $r (client rc ${1:-?}, server rc $src)" \
         test "${1:-1}" -eq 0 -a "$src" -eq 0 ||
-        { cp "$T/us.log" "$T/fail-ud-rxe-$size-$r.log"; tail -n 3 "$T/us.log" | sed 's/^/    /'
-          gsh "tail -n 5 /tmp/uc.log" | sed 's/^/    guest: /'; }
-      figure "ud_pingpong_$size" rxe-client/softverbs-server "${2:-?}"
+        { cp "$T/ps.log" "$T/fail-$kind-rxe-$prog-$size-$r.log"; tail -n 3 "$T/ps.log" | sed 's/^/    /'
+          gsh "tail -n 5 /tmp/pc.log" | sed 's/^/    guest: /'; }
+      figure "${prog}_$size" rxe-client/softverbs-server "${2:-?}"
     done
     # rxe with itself, same VM
     port=$((port + 1))
-    out=$(gsh "ibv_ud_pingpong -d rxe0 -g $GG -s $size -n $ITERS -p $port > /tmp/bs.log 2>&1 < /dev/null & s=\$!
+    out=$(gsh "$prog -d rxe0 -g $GG $* -s $size -n $ITERS -p $port > /tmp/bs.log 2>&1 < /dev/null & s=\$!
                . /guest/lib.sh; kvmh_wait_tcp_listen $port 30
-               timeout 60 ibv_ud_pingpong -d rxe0 -g $GG -s $size -n $ITERS -p $port $G > /tmp/bc.log 2>&1
+               timeout 60 $prog -d rxe0 -g $GG $* -s $size -n $ITERS -p $port $G > /tmp/bc.log 2>&1
                wait \$s; awk '/usec\\/iter/ { print \$(NF-1) }' /tmp/bc.log | tail -n 1")
-    figure "ud_pingpong_$size" rxe/rxe "$out"
-  done
-  # perftest over UD (-c UD, its own exchange over TCP, GIDs by index): PROG SIZE FIELD
-  # (the column of the client's result line that is the figure)
-  perf_ud() {
-    local prog=$1 size=$2 col=$3 out rc src v
+    figure "${prog}_$size" rxe/rxe "$out"
+  }
+  # perf_ways KIND PROG SIZE FIELD [ARGS...]: perftest between softverbs and rxe, once each
+  # way (FIELD: the column of the client's result line that is the figure), then rxe
+  # with itself.
+  perf_ways() {
+    local kind=$1 prog=$2 size=$3 col=$4 out rc src v env=()
+    shift 4
+    [ "$kind" = rc ] && env=(env SOFTVERBS_WIRE=roce)
     port=$((port + 1))
-    gsh "timeout 60 $prog -d rxe0 -x $GG -c UD -s $size -n $ITERS -p $port > /tmp/ps.log 2>&1 < /dev/null &" >/dev/null
+    gsh "timeout 60 $prog -d rxe0 -x $GG $* -s $size -n $ITERS -p $port > /tmp/ps.log 2>&1 < /dev/null &" >/dev/null
     glisten $port >/dev/null
-    timeout 60 "$SV" run $prog -x "$HG" -c UD -s $size -n "$ITERS" -p $port $G > "$T/pc.log" 2>&1; rc=$?
+    timeout 60 "${env[@]}" "$SV" run $prog -x "$HG" "$@" -s $size -n "$ITERS" -p $port $G \
+      > "$T/pc.log" 2>&1; rc=$?
     gsh "i=0; while pidof $prog >/dev/null && [ \$i -lt 100 ]; do sleep 0.2; i=\$((i+1)); done" >/dev/null
     v=$(awk -v s=$size -v c=$col '$1 == s && NF >= c { v = $c } END { print v }' "$T/pc.log")
-    check "$prog -c UD -s $size softverbs->rxe (rc $rc, ${v:-no figure})" test "$rc" -eq 0 -a -n "$v" ||
+    check "$prog $* -s $size softverbs->rxe (rc $rc, ${v:-no figure})" test "$rc" -eq 0 -a -n "$v" ||
       tail -n 3 "$T/pc.log" | sed 's/^/    /'
-    figure "${prog}_ud_$size" softverbs-client/rxe-server "${v:-?}"
+    figure "${prog}_${kind}_$size" softverbs-client/rxe-server "${v:-?}"
     port=$((port + 1))
-    timeout 60 "$SV" run $prog -x "$HG" -c UD -s $size -n "$ITERS" -p $port > "$T/ps.log" 2>&1 &
+    timeout 60 "${env[@]}" "$SV" run $prog -x "$HG" "$@" -s $size -n "$ITERS" -p $port \
+      > "$T/ps.log" 2>&1 &
     local spid=$!
     hlisten $port
-    out=$(gsh "timeout 60 $prog -d rxe0 -x $GG -c UD -s $size -n $ITERS -p $port $H > /tmp/pc.log 2>&1
+    out=$(gsh "timeout 60 $prog -d rxe0 -x $GG $* -s $size -n $ITERS -p $port $H > /tmp/pc.log 2>&1
                echo \$?; awk -v s=$size -v c=$col '\$1 == s && NF >= c { v = \$c } END { print v }' /tmp/pc.log")
     wait $spid; src=$?
     set -- $out
-    check "$prog -c UD -s $size rxe->softverbs (client rc ${1:-?}, server rc $src, ${2:-no figure})" \
+    check "$prog -s $size rxe->softverbs (client rc ${1:-?}, server rc $src, ${2:-no figure})" \
       test "${1:-1}" -eq 0 -a "$src" -eq 0 -a -n "${2:-}" || tail -n 3 "$T/ps.log" | sed 's/^/    /'
-    figure "${prog}_ud_$size" rxe-client/softverbs-server "${2:-?}"
-    # rxe with itself, same VM
-    port=$((port + 1))
-    out=$(gsh "$prog -d rxe0 -x $GG -c UD -s $size -n $ITERS -p $port > /tmp/bs.log 2>&1 < /dev/null & s=\$!
-               . /guest/lib.sh; kvmh_wait_tcp_listen $port 30
-               timeout 60 $prog -d rxe0 -x $GG -c UD -s $size -n $ITERS -p $port $G > /tmp/bc.log 2>&1
-               wait \$s; awk -v s=$size -v c=$col '\$1 == s && NF >= c { v = \$c } END { print v }' /tmp/bc.log")
-    figure "${prog}_ud_$size" rxe/rxe "$out"
+    figure "${prog}_${kind}_$size" rxe-client/softverbs-server "${2:-?}"
   }
-  perf_ud ib_send_lat 2 5   # t_typical, us
-  perf_ud ib_send_bw 1024 4 # BW average, MB/s
+  pp_ways ud ibv_ud_pingpong 64
+  pp_ways ud ibv_ud_pingpong 1024
+  perf_ways ud ib_send_lat 2 5 -c UD   # t_typical, us
+  perf_ways ud ib_send_bw 1024 4 -c UD # BW average, MB/s
+  # RC over RoCE v2: MTU 1024 on both sides (rxe0's on a 1500-byte link)
+  pp_ways rc ibv_rc_pingpong 64 -m 1024
+  pp_ways rc ibv_rc_pingpong 4096 -m 1024
+  pp_ways rc ibv_srq_pingpong 4096 -m 1024
+  for p in "ib_send_lat 2" "ib_write_lat 2" "ib_read_lat 2" "ib_atomic_lat 8"; do
+    perf_ways rc $p 5 -m 1024
+  done
+  for p in ib_send_bw ib_write_bw ib_read_bw; do
+    perf_ways rc $p 65536 4 -m 1024
+  done
   gsh "rdma statistic show link rxe0/1" |
     awk '{ for (i = 1; i < NF; i++) if ($i ~ /pkts|seq|err|drop|dup/) printf " %s %s", $i, $(i + 1) }
          END { print "" }' | sed 's/^/rxe0 counters:/'

@@ -422,3 +422,10 @@ bool tu_wire_iwarp(void)
 
 	return w && !strcmp(w, "iwarp");
 }
+
+bool tu_wire_roce(void)
+{
+	const char *w = getenv("SOFTVERBS_WIRE");
+
+	return w && !strcmp(w, "roce");
+}

@@ -129,10 +129,21 @@ bool tu_wait_qp_event(struct ibv_context *ctx, struct ibv_qp *qp, enum ibv_event
 /* The tests run over a wire SOFTVERBS_WIRE chose: iWARP has no Send with Immediate and
  * no RNR NAK (docs/conformance.md, "iWARP"), which the tests that need them check. */
 bool tu_wire_iwarp(void);
+/* SOFTVERBS_WIRE=roce: RC QPs connect over RoCE v2. */
+bool tu_wire_roce(void);
 #define TU_SKIP_ON_IWARP(why)                                                       \
 	do {                                                                        \
 		if (tu_wire_iwarp()) {                                              \
 			print_message("skipped on iWARP: %s\n", why);               \
+			skip();                                                     \
+		}                                                                   \
+	} while (0)
+
+/* The same for RoCE v2 (SOFTVERBS_WIRE=roce: RC between QPs as a NIC carries it). */
+#define TU_SKIP_ON_ROCE(why)                                                        \
+	do {                                                                        \
+		if (tu_wire_roce()) {                                               \
+			print_message("skipped on RoCE: %s\n", why);                \
 			skip();                                                     \
 		}                                                                   \
 	} while (0)

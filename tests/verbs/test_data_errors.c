@@ -382,13 +382,17 @@ static void test_nothing_executes_after_a_failed_write(void **state)
  * 2-vCPU machine keeps, and which still fails a death nobody notices. */
 static void test_peer_killed(void **state)
 {
-	struct tp_pair *x = rc_pair(state);
-	int busy = x->lq, idle;
+	struct tp_pair *x;
+	int busy, idle;
 	struct tp_wr w = tp_wr1(1, IBV_WR_SEND, 0, 100);
 	struct ibv_async_event ev;
 	bool fatal[2] = { false, false };
 	long long t0, dt;
 
+	TU_SKIP_ON_ROCE("a NIC learns of a dead peer by its transport timer alone (the busy QP's "
+			"RETRY_EXC_ERR, no event; the idle QP never): test_roce_peer_killed");
+	x = rc_pair(state);
+	busy = x->lq;
 	renew(x, TP_QP_ACCESS_ALL);
 	idle = x->lq;
 	x->lq = busy;
@@ -417,6 +421,36 @@ static void test_peer_killed(void **state)
 	tp_expect_wc(x->ep.scq, 1, IBV_WC_WR_FLUSH_ERR, W, NULL);
 	tp_expect_wc(x->ep.rcq, 10, IBV_WC_WR_FLUSH_ERR, W, NULL);
 	tp_expect_wc(x->ep.rcq, 11, IBV_WC_WR_FLUSH_ERR, W, NULL);
+	assert_int_equal(tp_ep_close(&x->ep), 0);
+}
+
+/*
+ * RoCE: a peer killed answers nothing, and nothing else tells. A SEND to it is sent
+ * again each transport timeout (timeout 10: 4.2 ms), retry_cnt (3) times, then fails
+ * with RETRY_EXC_ERR, the QP in Error (IBA 9.7.6.1.3): after 4 periods at least (17 ms),
+ * and long before 10 s.
+ */
+static void test_roce_peer_killed(void **state)
+{
+	struct tp_pair *x = *state;
+	struct tp_wr w = tp_wr1(1, IBV_WR_SEND, 0, 100);
+	long long t0, dt;
+
+	if (!tu_wire_roce())
+		skip(); /* (the other wires see the process go: test_peer_killed) */
+	tp_pair_open(x, BUF_LEN, &rc_opts, NULL);
+	x->lc.timeout = 10;
+	x->lc.retry_cnt = 3;
+	tp_pair_connect(x);
+	tp_kill(&x->peer);
+	t0 = tu_now_ms();
+	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+	tp_expect_wc(x->ep.scq, 1, IBV_WC_RETRY_EXC_ERR, 10000, NULL);
+	dt = tu_now_ms() - t0;
+	print_message("    RETRY_EXC_ERR %lld ms after the SEND to the dead peer\n", dt);
+	if (dt < 16)
+		fail_msg("RETRY_EXC_ERR after %lld ms, before 4 x 4.2 ms", dt);
+	tp_expect_eq(tu_query_state(x->ep.qp[x->lq]), IBV_QPS_ERR, "state", "after RETRY_EXC_ERR");
 	assert_int_equal(tp_ep_close(&x->ep), 0);
 }
 
@@ -758,6 +792,7 @@ static void test_rogue_peer_writes_garbage_into_our_fifo(void **state)
 	struct tp_wr w;
 
 	TU_SKIP_ON_IWARP("the shm wire's fifo (iWARP's hostile peers: tests/wire/iwarp)");
+	TU_SKIP_ON_ROCE("the shm wire's fifo");
 	x = rc_pair(state);
 
 	assert_int_equal(tp_scribble(&x->peer, x->li.qpn, TP_SCRIBBLE_EMPTY, 1, 0), 0);
@@ -805,6 +840,7 @@ static void test_rogue_peer_forges_acknowledgements(void **state)
 	struct ibv_wc wc;
 
 	TU_SKIP_ON_IWARP("the shm wire's page (iWARP's hostile peers: tests/wire/iwarp)");
+	TU_SKIP_ON_ROCE("the shm wire's page");
 	x = rc_pair(state);
 	/* No receive at the peer: the SEND (msn 1, the QP's first) waits, RNR forever. */
 	assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
@@ -833,6 +869,7 @@ int main(int argc, char **argv)
 		T(test_error_flushes_everything_outstanding),
 		T(test_nothing_executes_after_a_failed_write),
 		T(test_peer_killed),
+		T(test_roce_peer_killed),
 		T(test_rogue_peer_writes_garbage_into_our_fifo),
 		T(test_rogue_peer_forges_acknowledgements),
 		T(test_peer_destroys_its_qp),

@@ -42,6 +42,8 @@
 #include "wire/roce/rv_port.h"
 #include "wire/roce/rv_proto.h"
 #include "wire/sv_qpn.h"
+#include "wire/udp/udp_rc.h"
+#include "util/sv_lock.h"
 
 enum {
 	UDP_QUEUE = 128, /* datagrams a QP keeps for its next poll (allocated when needed) */
@@ -75,6 +77,12 @@ struct udp_qp {
 	struct udp_block *b;
 	uint32_t qpn;
 	uint32_t psn;            /* sq.lock */
+	/* RC (sv_wire_roce): the connection's packets, and its peer from the QP's path */
+	struct udp_rc *rc;
+	enum ibv_qp_state seen;  /* the state publish last saw (RTR, RTS: start the PSNs) */
+	uint8_t sgid[16], dgid[16];
+	struct sockaddr_storage to;
+	socklen_t to_len;        /* 0: no path to the peer (not global, link-local) */
 	_Atomic uint32_t bad_pkeys;
 	struct udp_dgram *queue; /* UDP_QUEUE, allocated when first needed; port.lock */
 	uint32_t head, tail;
@@ -106,9 +114,10 @@ static struct {
 /* Above port.lock: opening and closing the port, adding and removing QPs. */
 static pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* A UD QP's far wire, or an RC QP's wire (sv_wire_roce). */
 static struct udp_qp *udp_of(struct sv_qp *qp)
 {
-	return qp->far_qp;
+	return qp->wire == &sv_wire_roce ? qp->wire_qp : qp->far_qp;
 }
 
 /* RV_PORT, or SOFTVERBS_ROCE_PORT (tests, and hosts where the kernel's rxe holds 4791). */
@@ -335,12 +344,16 @@ static int udp_qp_take(struct sv_qp *qp, uint32_t qpn)
 	struct udp_block *b = NULL;
 	int err;
 
-	if (qp->ibv.qp_base.qp_type != IBV_QPT_UD)
+	bool rc = qp->wire == &sv_wire_roce;
+
+	if (qp->ibv.qp_base.qp_type != (rc ? IBV_QPT_RC : IBV_QPT_UD))
 		return -EINVAL;
 	pthread_once(&once, at_fork_setup);
 	uq = calloc(1, sizeof(*uq));
-	if (!uq)
+	if (!uq || (rc && !(uq->rc = calloc(1, sizeof(*uq->rc))))) {
+		free(uq);
 		return -ENOMEM;
+	}
 	uq->qp = qp;
 	uq->qpn = qpn;
 	pthread_mutex_lock(&setup_lock);
@@ -353,7 +366,10 @@ static int udp_qp_take(struct sv_qp *qp, uint32_t qpn)
 			b->n_qps++;
 			port.n_qps++;
 			uq->b = b;
-			qp->far_qp = uq;
+			if (rc)
+				qp->wire_qp = uq;
+			else
+				qp->far_qp = uq;
 		}
 		pthread_mutex_unlock(&port.lock);
 		if (!port.n_qps)
@@ -361,6 +377,7 @@ static int udp_qp_take(struct sv_qp *qp, uint32_t qpn)
 	}
 	pthread_mutex_unlock(&setup_lock);
 	if (!b) {
+		free(uq->rc);
 		free(uq);
 		return err;
 	}
@@ -391,12 +408,16 @@ static void udp_qp_fini(struct sv_qp *qp)
 	while (atomic_load(&qp->eng_ref))
 		sched_yield();
 	sv_rx_lock(qp);
-	qp->far_qp = NULL;
+	if (uq->rc)
+		qp->wire_qp = NULL;
+	else
+		qp->far_qp = NULL;
 	sv_rx_unlock(qp);
 	if (!port.n_qps)
 		port_close_locked();
 	pthread_mutex_unlock(&setup_lock);
 	free(uq->queue);
+	free(uq->rc);
 	free(uq);
 }
 
@@ -546,6 +567,50 @@ static void path_of(struct rv_path *path, const uint8_t src[16], const uint8_t d
 }
 
 /*
+ * Sends the datagram @out[0..n) from @sgid to @dgid (@ss): its last piece is @trailer,
+ * the pad; the ICRC goes after it. Longer than the route's MTU, it goes in IP fragments
+ * from the other socket. 0 (sent, or lost as a datagram may be), or -EAGAIN when the
+ * socket's buffer is full.
+ */
+static int send_dgram(struct iovec *out, int n, uint8_t *trailer, uint8_t pad,
+		      const uint8_t sgid[16], const uint8_t dgid[16],
+		      const struct sockaddr_storage *ss, socklen_t ss_len)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+		struct cmsghdr align;
+	} ctl = { 0 };
+	struct msghdr msg = { 0 };
+	struct rv_path path;
+	uint64_t frag;
+
+	out[n - 1] = (struct iovec){ .iov_base = trailer, .iov_len = pad };
+	path_of(&path, sgid, dgid, port.port);
+	rv_icrc_put(trailer + pad, rv_icrc(&path, out, n));
+	out[n - 1].iov_len = pad + RV_ICRC;
+	msg.msg_name = (void *)ss;
+	msg.msg_namelen = ss_len;
+	msg.msg_iov = out;
+	msg.msg_iovlen = (size_t)n;
+	from_addr(sgid, dgid, &msg, ctl.buf, sizeof(ctl.buf));
+	if (sendmsg(port.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+		return 0;
+	if (errno == EMSGSIZE && (frag = frag_socket())) {
+		/* Longer than the route's MTU: in fragments, from the other socket. */
+		out[n - 1].iov_len = pad;
+		path.sport = (uint16_t)(frag >> 32);
+		rv_icrc_put(trailer + pad, rv_icrc(&path, out, n));
+		out[n - 1].iov_len = pad + RV_ICRC;
+		if (sendmsg((int)(uint32_t)frag, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+			return 0;
+	}
+	if (errno == EAGAIN || errno == ENOBUFS)
+		return -EAGAIN;
+	sv_dbg("roce: a datagram lost: %s", strerror(errno));
+	return 0;
+}
+
+/*
  * sq.lock: one datagram, a UD SEND Only (with Immediate) of RoCE v2. The core's payload
  * starts with the GRH it built (SV_F_GRH): its GIDs say from where and to where; the GRH
  * itself does not go (RoCE v2's IP header is the kernel's). A datagram that cannot go
@@ -555,19 +620,11 @@ static int udp_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec
 {
 	struct udp_qp *uq = udp_of(qp);
 	uint8_t grh[SV_UD_GRH], hdr[RV_HDR_MAX], trailer[3 + RV_ICRC] = { 0 };
-	union {
-		char buf[CMSG_SPACE(sizeof(struct in6_pktinfo))];
-		struct cmsghdr align;
-	} ctl = { 0 };
 	struct iovec out[SV_IOV_MAX + 3];
 	struct sockaddr_storage ss;
-	struct rv_path path;
 	struct rv_pkt pkt;
-	struct msghdr msg = { 0 };
 	uint64_t skip = SV_UD_GRH, got = 0;
 	uint32_t len;
-	uint64_t frag;
-	uint8_t pad;
 	socklen_t ss_len;
 	int n = 1, hdr_len;
 
@@ -607,31 +664,39 @@ static int udp_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec
 					   .iov_len = iov[i].iov_len - skip };
 		skip = 0;
 	}
-	pad = rv_pad_len(len);
-	out[n++] = (struct iovec){ .iov_base = trailer, .iov_len = pad };
-	path_of(&path, grh + 8, grh + 24, port.port);
-	rv_icrc_put(trailer + pad, rv_icrc(&path, out, n));
-	out[n - 1].iov_len = pad + RV_ICRC;
-	msg.msg_name = &ss;
-	msg.msg_namelen = ss_len;
-	msg.msg_iov = out;
-	msg.msg_iovlen = (size_t)n;
-	from_addr(grh + 8, grh + 24, &msg, ctl.buf, sizeof(ctl.buf));
-	if (sendmsg(port.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+	n++;
+	return send_dgram(out, n, trailer, rv_pad_len(len), grh + 8, grh + 24, &ss, ss_len);
+}
+
+/*
+ * An RC QP's request (sq.lock) or answer (rx_busy): one packet to the peer its path
+ * names. A packet that cannot go is lost, and the core sends it again.
+ */
+static int roce_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov,
+		     int n_iov)
+{
+	struct udp_qp *uq = udp_of(qp);
+	uint8_t hdr[RV_HDR_MAX], trailer[3 + RV_ICRC] = { 0 };
+	struct iovec out[SV_IOV_MAX + 2];
+	struct rv_pkt pkt = { 0 };
+	int n = 1, hdr_len, err;
+
+	if (!uq || !uq->to_len || n_iov > SV_IOV_MAX)
 		return 0;
-	if (errno == EMSGSIZE && (frag = frag_socket())) {
-		/* Longer than the route's MTU: in fragments, from the other socket. */
-		out[n - 1].iov_len = pad;
-		path.sport = (uint16_t)(frag >> 32);
-		rv_icrc_put(trailer + pad, rv_icrc(&path, out, n));
-		out[n - 1].iov_len = pad + RV_ICRC;
-		if (sendmsg((int)(uint32_t)frag, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
-			return 0;
-	}
-	if (errno == EAGAIN || errno == ENOBUFS)
-		return -EAGAIN;
-	sv_dbg("udp qp %u: a datagram to qp %u lost: %s", uq->qpn, h->dest_qpn, strerror(errno));
-	return 0;
+	err = udp_rc_encode(uq->rc, h, &pkt);
+	if (err)
+		return err == -EAGAIN ? err : 0; /* the window is full; or nothing RC carries */
+	pkt.pkey = (uint16_t)atomic_load_explicit(&qp->pub.pkey, memory_order_relaxed);
+	pkt.dest_qpn = qp->attr.dest_qp_num;
+	hdr_len = rv_encode(hdr, &pkt, h->op == SV_OP_READ_REQ ? 0 : h->len);
+	if (hdr_len < 0)
+		return 0;
+	out[0] = (struct iovec){ .iov_base = hdr, .iov_len = (size_t)hdr_len };
+	for (int i = 0; i < n_iov; i++)
+		out[n++] = iov[i];
+	n++;
+	return send_dgram(out, n, trailer, rv_pad_len(h->op == SV_OP_READ_REQ ? 0 : h->len),
+			  uq->sgid, uq->dgid, &uq->to, uq->to_len);
 }
 
 static void udp_abandon(struct sv_qp *qp, uint32_t msn)
@@ -679,8 +744,83 @@ static bool pkeys_match(uint32_t a, uint32_t b)
 	return (a & 0x7fff) && (a & 0x7fff) == (b & 0x7fff) && ((a | b) & 0x8000);
 }
 
+static enum sv_rx ud_deliver(struct sv_qp *qp, struct udp_qp *uq, const struct udp_dgram *d);
+
+struct rc_payload {
+	struct sv_payload base;
+	const uint8_t *data;
+};
+
+static enum ibv_wc_status rc_payload_copy(const struct sv_payload *sp, uint64_t off,
+					  const struct iovec *dst, int n_dst, uint64_t len)
+{
+	const struct rc_payload *p = (const struct rc_payload *)sp;
+
+	for (int i = 0; i < n_dst && len; i++) {
+		uint64_t n = dst[i].iov_len < len ? dst[i].iov_len : len;
+
+		memcpy(dst[i].iov_base, p->data + off, n);
+		off += n;
+		len -= n;
+	}
+	return IBV_WC_SUCCESS;
+}
+
+/*
+ * rx_busy and port.lock: an RC packet for @qp. Only from the peer its path names, in its
+ * partition (IBA 9.6.1.1, 10.9.2); a request to the responder, an answer (under
+ * sq.lock, where the requester's PSNs are) to the completer. Nothing is kept: a request
+ * the responder holds is dropped, and sent again.
+ */
+static enum sv_rx rc_deliver(struct sv_qp *qp, struct udp_qp *uq, const struct udp_dgram *d)
+{
+	struct rc_payload p = { .base.copy = rc_payload_copy, .data = d->buf + d->pkt.hdr_len };
+	struct sv_hdr h;
+	enum udp_rc_rx what;
+
+	if (!uq->to_len || memcmp(&d->src, uq->dgid, 16))
+		return SV_RX_CONSUMED; /* not from our peer */
+	if (!pkeys_match(d->pkt.pkey, atomic_load_explicit(&qp->pub.pkey, memory_order_relaxed))) {
+		atomic_fetch_add_explicit(&uq->bad_pkeys, 1, memory_order_relaxed);
+		return SV_RX_CONSUMED;
+	}
+	if (rv_op_info[d->pkt.opcode].flags & RV_RESPONSE) {
+		enum sv_rx r;
+
+		sv_spin_lock(&qp->sq.lock);
+		what = udp_rc_decode(uq->rc, &d->pkt, qp->attr.dest_qp_num, &h);
+		sv_spin_unlock(&qp->sq.lock);
+		if (what != UDP_RC_ANSWER)
+			return SV_RX_CONSUMED;
+		r = sv_comp_deliver(qp, &h, &p.base);
+		if (r == SV_RX_CONSUMED) {
+			sv_spin_lock(&qp->sq.lock);
+			udp_rc_answered(uq->rc, &h);
+			sv_spin_unlock(&qp->sq.lock);
+		}
+		return r;
+	}
+	what = udp_rc_decode(uq->rc, &d->pkt, qp->attr.dest_qp_num, &h);
+	if (what != UDP_RC_REQUEST)
+		return SV_RX_CONSUMED;
+	udp_rc_arrived(uq->rc, &d->pkt, &h);
+	if (sv_resp_deliver(qp, &h, &p.base) == SV_RX_CONSUMED)
+		udp_rc_taken(uq->rc, &d->pkt, &h);
+	return SV_RX_CONSUMED;
+}
+
 /* rx_busy and port.lock: hands datagram @d to the responder. */
 static enum sv_rx deliver(struct sv_qp *qp, struct udp_qp *uq, const struct udp_dgram *d)
+{
+	if (uq->rc)
+		return rc_deliver(qp, uq, d);
+	if ((d->pkt.opcode & 0xe0) != RV_UD)
+		return SV_RX_CONSUMED; /* an RC packet to a UD QP: not its transport */
+	return ud_deliver(qp, uq, d);
+}
+
+/* rx_busy and port.lock: a UD datagram, to the responder. */
+static enum sv_rx ud_deliver(struct sv_qp *qp, struct udp_qp *uq, const struct udp_dgram *d)
 {
 	uint8_t grh[SV_UD_GRH] = { 0 };
 	struct ibv_grh *g = (struct ibv_grh *)grh;
@@ -810,12 +950,10 @@ static bool accept_one(uint16_t sport)
 		sv_dbg("roce: a datagram dropped: its ICRC is wrong");
 		return false;
 	}
-	if (rv_decode(d->buf, d->len, &d->pkt) ||
-	    (d->pkt.opcode != (RV_UD | RV_SEND_ONLY) &&
-	     d->pkt.opcode != (RV_UD | RV_SEND_ONLY_IMM)) ||
-	    d->pkt.payload_len > UDP_PAYLOAD_MAX)
+	if (rv_decode(d->buf, d->len, &d->pkt) || d->pkt.payload_len > UDP_PAYLOAD_MAX)
 		return false;
-	return true;
+	return (d->pkt.opcode & 0xe0) == RV_RC || d->pkt.opcode == (RV_UD | RV_SEND_ONLY) ||
+	       d->pkt.opcode == (RV_UD | RV_SEND_ONLY_IMM);
 }
 
 /* rx_busy and port.lock: the datagram in port.in to its QP: delivered now if it is
@@ -938,6 +1076,99 @@ const struct sv_wire_ops sv_wire_udp = {
 	.reach = udp_reach,
 	.seg_max = udp_seg_max,
 	.send = udp_send,
+	.abandon = udp_abandon,
+	.poll = udp_poll,
+	.arm = udp_arm,
+	.disarm = udp_disarm,
+	.bad_pkeys = udp_bad_pkeys,
+};
+
+/* --- RC: the RoCE wire ------------------------------------------------------------------- */
+
+static int roce_qp_init(struct sv_qp *qp, uint32_t *qpn)
+{
+	(void)qp;
+	(void)qpn;
+	return -EOPNOTSUPP; /* a QP comes here at RTR (sv_qp_rewire), with its number */
+}
+
+/* IBV_MTU_256..4096 in bytes. */
+static uint32_t mtu_bytes(enum ibv_mtu mtu)
+{
+	return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128u << mtu : 1024;
+}
+
+/*
+ * The QP's attributes changed: at RTR its peer (the path's GIDs: RoCE v2 is routed, so
+ * the address handle must be global) and the first PSN it expects; at RTS the first it
+ * sends.
+ */
+static void roce_publish(struct sv_qp *qp)
+{
+	struct udp_qp *uq = udp_of(qp);
+	const struct ibv_ah_attr *ah = &qp->attr.ah_attr;
+	struct sv_context *ctx = sv_qp_ctx(qp);
+	enum ibv_qp_state st = qp->attr.qp_state;
+
+	if (!uq || st == uq->seen)
+		return;
+	if (st == IBV_QPS_RTR && uq->seen != IBV_QPS_RTR) {
+		sv_rx_lock(qp);
+		uq->to_len = 0;
+		if (ah->is_global) {
+			memcpy(uq->sgid, ctx->host.gids[ah->grh.sgid_index < ctx->host.n_gids ?
+							ah->grh.sgid_index : 0].gid.raw, 16);
+			memcpy(uq->dgid, ah->grh.dgid.raw, 16);
+			if (!dest_addr(uq->dgid, &uq->to, &uq->to_len))
+				uq->to_len = 0;
+		}
+		udp_rc_rtr(uq->rc, qp->attr.rq_psn, mtu_bytes(qp->attr.path_mtu));
+		sv_rx_unlock(qp);
+		if (!uq->to_len)
+			sv_dbg("roce qp %u: no route to its peer (the path is not global)", uq->qpn);
+	} else if (st == IBV_QPS_RTS && uq->seen == IBV_QPS_RTR) {
+		sv_spin_lock(&qp->sq.lock);
+		udp_rc_rts(uq->rc, qp->attr.sq_psn);
+		sv_spin_unlock(&qp->sq.lock);
+	}
+	uq->seen = st;
+}
+
+static enum sv_reach roce_reach(struct sv_qp *qp, uint32_t dest_qpn)
+{
+	struct udp_qp *uq = udp_of(qp);
+
+	(void)dest_qpn;
+	/* Nothing says whether the peer is there: the transport timer finds out. */
+	return uq && uq->to_len ? SV_REACH_READY : SV_REACH_UNREACHABLE;
+}
+
+/* One packet of the path MTU per segment. */
+static uint64_t roce_seg_max(struct sv_qp *qp, const struct sv_hdr *h)
+{
+	struct udp_qp *uq = udp_of(qp);
+
+	(void)h;
+	return uq ? uq->rc->mtu : 256;
+}
+
+const struct sv_wire_ops sv_wire_roce = {
+	.name = "roce",
+	.caps = SV_WIRE_ACKED | SV_WIRE_ATOMICS | SV_WIRE_IMM | SV_WIRE_SEND_IMM | SV_WIRE_LOSSY,
+	.seg_min = 256,
+	.qp_init = roce_qp_init,
+	.qp_fini = udp_qp_fini,
+	.qp_take = udp_qp_take,
+	.qp_leave = udp_qp_fini,
+	.publish = roce_publish,
+	.connect = udp_connect,
+	.attach = udp_attach,
+	.release = udp_release,
+	.disconnect = udp_disconnect,
+	.discard = udp_discard,
+	.reach = roce_reach,
+	.seg_max = roce_seg_max,
+	.send = roce_send,
 	.abandon = udp_abandon,
 	.poll = udp_poll,
 	.arm = udp_arm,

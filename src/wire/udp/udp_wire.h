@@ -21,5 +21,8 @@
 #include "core/sv_wire.h"
 
 extern const struct sv_wire_ops sv_wire_udp;
+/* RC between hosts as the IBA's reliable connection over RoCE v2 (udp_rc.h): on the same
+ * port and socket, a QP's own wire from RTR (SOFTVERBS_WIRE=roce). */
+extern const struct sv_wire_ops sv_wire_roce;
 
 #endif
