@@ -43,6 +43,7 @@
 #include "wire/roce/rv_proto.h"
 #include "wire/sv_qpn.h"
 #include "wire/udp/udp_rc.h"
+#include "util/sv_app.h"
 #include "util/sv_lock.h"
 
 enum {
@@ -593,7 +594,8 @@ static int send_dgram(struct iovec *out, int n, uint8_t *trailer, uint8_t pad,
 	msg.msg_iov = out;
 	msg.msg_iovlen = (size_t)n;
 	from_addr(sgid, dgid, &msg, ctl.buf, sizeof(ctl.buf));
-	if (sendmsg(port.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+	/* (the payload may be the application's: sv_app.h) */
+	if (sv_app_sendmsg(port.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
 		return 0;
 	if (errno == EMSGSIZE && (frag = frag_socket())) {
 		/* Longer than the route's MTU: in fragments, from the other socket. */
@@ -601,7 +603,7 @@ static int send_dgram(struct iovec *out, int n, uint8_t *trailer, uint8_t pad,
 		path.sport = (uint16_t)(frag >> 32);
 		rv_icrc_put(trailer + pad, rv_icrc(&path, out, n));
 		out[n - 1].iov_len = pad + RV_ICRC;
-		if (sendmsg((int)(uint32_t)frag, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+		if (sv_app_sendmsg((int)(uint32_t)frag, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
 			return 0;
 	}
 	if (errno == EAGAIN || errno == ENOBUFS)
@@ -729,7 +731,7 @@ static enum ibv_wc_status payload_copy(const struct sv_payload *sp, uint64_t off
 
 			if (k > n)
 				k = n;
-			memcpy(to, from, k);
+			sv_copy_to_app(to, from, k);
 			to += k;
 			off += k;
 			n -= k;
@@ -759,7 +761,7 @@ static enum ibv_wc_status rc_payload_copy(const struct sv_payload *sp, uint64_t 
 	for (int i = 0; i < n_dst && len; i++) {
 		uint64_t n = dst[i].iov_len < len ? dst[i].iov_len : len;
 
-		memcpy(dst[i].iov_base, p->data + off, n);
+		sv_copy_to_app(dst[i].iov_base, p->data + off, n);
 		off += n;
 		len -= n;
 	}
