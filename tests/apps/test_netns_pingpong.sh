@@ -343,7 +343,7 @@ roce() {
   if declare -F "case_$base" >/dev/null; then "case_$base"; else perftest_case "$base"; fi
   unset SOFTVERBS_WIRE
   check "$name: its packets went as UDP datagrams from B ($(($(udp_out "$NS_B") - u0)))" \
-    test $(($(udp_out "$NS_B") - u0)) -ge 20
+    test $(($(udp_out "$NS_B") - u0)) -ge 10
 }
 
 # 2 % of the RoCE packets leaving each side dropped (nftables; the kernel may have no

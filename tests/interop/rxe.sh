@@ -52,15 +52,16 @@ if [ "${1:-}" = --host-side ]; then
   # SOFTVERBS_WIRE=roce) and rxe, RUNS times each way, then rxe with itself for its own
   # figure.
   pp_ways() {
-    local kind=$1 prog=$2 size=$3 r rc src out env=()
+    local kind=$1 prog=$2 size=$3 r rc src out env=() args
     shift 3
+    args=("$@") # (the loop's set -- takes the positional parameters)
     [ "$kind" = rc ] && env=(env SOFTVERBS_WIRE=roce)
     for r in $(seq "$RUNS"); do
       # softverbs client -> rxe server
       port=$((port + 1))
-      gsh "$prog -d rxe0 -g $GG $* -c -s $size -n $ITERS -p $port > /tmp/ps.log 2>&1 < /dev/null &" >/dev/null
+      gsh "$prog -d rxe0 -g $GG ${args[*]} -c -s $size -n $ITERS -p $port > /tmp/ps.log 2>&1 < /dev/null &" >/dev/null
       glisten $port >/dev/null
-      timeout 60 "${env[@]}" "$SV" run $prog -g "$HG" "$@" -c -s $size -n "$ITERS" -p $port $G \
+      timeout 60 "${env[@]}" "$SV" run $prog -g "$HG" "${args[@]}" -c -s $size -n "$ITERS" -p $port $G \
         > "$T/pc.log" 2>&1; rc=$?
       out=$(gsh "i=0; while pidof $prog >/dev/null && [ \$i -lt 100 ]; do sleep 0.2; i=\$((i+1)); done
                  killall -9 $prog 2>/dev/null; grep -c 'iters in' /tmp/ps.log; grep -iE 'mismatch|fail' /tmp/ps.log | head -2")
@@ -71,11 +72,11 @@ if [ "${1:-}" = --host-side ]; then
       figure "${prog}_$size" softverbs-client/rxe-server "$(usec "$T/pc.log")"
       # rxe client -> softverbs server
       port=$((port + 1))
-      timeout 60 "${env[@]}" "$SV" run $prog -g "$HG" "$@" -c -s $size -n "$ITERS" -p $port \
+      timeout 60 "${env[@]}" "$SV" run $prog -g "$HG" "${args[@]}" -c -s $size -n "$ITERS" -p $port \
         > "$T/ps.log" 2>&1 &
       spid=$!
       hlisten $port
-      out=$(gsh "timeout 60 $prog -d rxe0 -g $GG $* -c -s $size -n $ITERS -p $port $H > /tmp/pc.log 2>&1
+      out=$(gsh "timeout 60 $prog -d rxe0 -g $GG ${args[*]} -c -s $size -n $ITERS -p $port $H > /tmp/pc.log 2>&1
                  echo \$?; awk '/usec\\/iter/ { print \$(NF-1) }' /tmp/pc.log | tail -n 1")
       wait $spid; src=$?
       set -- $out
@@ -87,9 +88,9 @@ if [ "${1:-}" = --host-side ]; then
     done
     # rxe with itself, same VM
     port=$((port + 1))
-    out=$(gsh "$prog -d rxe0 -g $GG $* -s $size -n $ITERS -p $port > /tmp/bs.log 2>&1 < /dev/null & s=\$!
+    out=$(gsh "$prog -d rxe0 -g $GG ${args[*]} -s $size -n $ITERS -p $port > /tmp/bs.log 2>&1 < /dev/null & s=\$!
                . /guest/lib.sh; kvmh_wait_tcp_listen $port 30
-               timeout 60 $prog -d rxe0 -g $GG $* -s $size -n $ITERS -p $port $G > /tmp/bc.log 2>&1
+               timeout 60 $prog -d rxe0 -g $GG ${args[*]} -s $size -n $ITERS -p $port $G > /tmp/bc.log 2>&1
                wait \$s; awk '/usec\\/iter/ { print \$(NF-1) }' /tmp/bc.log | tail -n 1")
     figure "${prog}_$size" rxe/rxe "$out"
   }

@@ -979,6 +979,8 @@ static int route(struct sv_qp *qp, struct udp_qp *uq, uint16_t sport)
 	if (to != uq && to->head == to->tail && sv_rx_trylock(to->qp)) {
 		enum sv_rx r = deliver(to->qp, to, d);
 
+		if (to->rc)
+			sv_resp_flush(to->qp); /* its acknowledgement goes now */
 		sv_rx_unlock(to->qp);
 		if (r == SV_RX_CONSUMED)
 			return 1;
@@ -1028,6 +1030,10 @@ static int udp_poll(struct sv_qp *qp)
 		atomic_store_explicit(&port.hot_until, sv_now_ns() + UDP_HOT_NS,
 				      memory_order_relaxed);
 	pthread_mutex_unlock(&port.lock);
+	/* RC: the acknowledgements of what the poll took go now, one for the lot (what the
+	 * core did not answer at once, sv_resp_flush). */
+	if (uq->rc && (n || sv_resp_owes(qp)))
+		sv_resp_flush(qp);
 	sv_rx_unlock(qp);
 	return n;
 }
