@@ -29,6 +29,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "forge.h"
+
 #define QKEY 0x11112222u
 #define QKEY_STORM 0xeeeedddd /* differs from QKEY in every byte */
 #define PAGE 4096
@@ -57,14 +59,6 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void put32(uint8_t *b, uint32_t v)
-{
-	b[0] = (uint8_t)(v >> 24);
-	b[1] = (uint8_t)(v >> 16);
-	b[2] = (uint8_t)(v >> 8);
-	b[3] = (uint8_t)v;
-}
-
 struct dg {
 	uint8_t opcode, flags_extra; /* flags_extra: bits OR-ed into BTH byte 1 (M, TVer) */
 	uint16_t pkey;
@@ -75,57 +69,21 @@ struct dg {
 	int crc_off;     /* added to the ICRC */
 };
 
-/* Annex A17.8's ICRC of datagram @out (@n bytes, before the ICRC) from E.from to E.to:
- * CRC-32 over ones for the LRH, the IPv4 header (as Linux sends a DF datagram: ID 0)
- * with TOS, TTL and checksum as ones, the UDP header with its checksum as ones, the BTH
- * with byte 4 as ones, and the rest. */
-static uint32_t icrc(const uint8_t *out, size_t n)
-{
-	uint8_t ph[8 + 20 + 8], bth[12];
-	uint16_t tl = (uint16_t)(28 + n + 4), ul = (uint16_t)(8 + n + 4);
-	uLong crc;
-
-	memset(ph, 0xff, 8);
-	ph[8] = 0x45;
-	ph[9] = 0xff;
-	ph[10] = (uint8_t)(tl >> 8);
-	ph[11] = (uint8_t)tl;
-	ph[12] = ph[13] = 0;
-	ph[14] = 0x40;
-	ph[15] = 0;
-	ph[16] = 0xff;
-	ph[17] = 17;
-	ph[18] = ph[19] = 0xff;
-	memcpy(ph + 20, &E.from.sin_addr, 4);
-	memcpy(ph + 24, &E.to.sin_addr, 4);
-	memcpy(ph + 28, &E.from.sin_port, 2);
-	memcpy(ph + 30, &E.to.sin_port, 2);
-	ph[32] = (uint8_t)(ul >> 8);
-	ph[33] = (uint8_t)ul;
-	ph[34] = ph[35] = 0xff;
-	memcpy(bth, out, 12);
-	bth[4] = 0xff;
-	crc = crc32(0, ph, sizeof(ph));
-	crc = crc32(crc, bth, 12);
-	return (uint32_t)crc32(crc, out + 12, (uInt)(n - 12));
-}
-
 /* The datagram's bytes: BTH, DETH, [ImmDt], payload, pad, ICRC (LSB first). Returns its
  * length. */
 static size_t build(const struct dg *d, uint8_t *out)
 {
 	uint32_t pad = (4 - (d->len & 3)) & 3;
 	size_t n = 0;
-	uint32_t crc;
 
 	out[0] = d->opcode;
 	out[1] = (uint8_t)(pad << 4 | d->flags_extra);
 	out[2] = (uint8_t)(d->pkey >> 8);
 	out[3] = (uint8_t)d->pkey;
-	put32(&out[4], d->qpn);
-	put32(&out[8], 7);
-	put32(&out[12], d->qkey);
-	put32(&out[16], d->src_qpn);
+	forge_put32(&out[4], d->qpn);
+	forge_put32(&out[8], 7);
+	forge_put32(&out[12], d->qkey);
+	forge_put32(&out[16], d->src_qpn);
 	n = 20;
 	if (d->opcode == 0x65) {
 		memcpy(&out[n], &d->imm, 4);
@@ -137,10 +95,7 @@ static size_t build(const struct dg *d, uint8_t *out)
 	if (pad && d->pad_garbage)
 		out[n] = 1;
 	n += pad;
-	crc = icrc(out, n) + (uint32_t)d->crc_off;
-	for (int i = 0; i < 4; i++)
-		out[n + (size_t)i] = (uint8_t)(crc >> (8 * i));
-	return n + 4;
+	return forge_seal(&E.from, &E.to, out, n, d->crc_off);
 }
 
 static void send_raw(const uint8_t *b, size_t n)
@@ -441,16 +396,12 @@ static void test_random_and_mutated_datagrams(void **state)
 		} else {
 			static uint8_t some[300] = "SOME-BYTES";
 			struct dg d = good(some, (uint32_t)(rand() % (int)sizeof(some)));
-			uint32_t crc;
 
 			n = build(&d, b);
 			for (int k = 0; k < 1 + rand() % 4; k++)
 				b[(size_t)rand() % n] = (uint8_t)rand();
-			if (rand() % 2 && n >= 16) { /* the ICRC right again */
-				crc = icrc(b, n - 4);
-				for (int k = 0; k < 4; k++)
-					b[n - 4 + (size_t)k] = (uint8_t)(crc >> (8 * k));
-			}
+			if (rand() % 2 && n >= 16) /* the ICRC right again */
+				(void)forge_seal(&E.from, &E.to, b, n - 4, 0);
 		}
 		send_raw(b, n);
 		if (i % 256 == 0) { /* keep receives posted, and take what landed */
