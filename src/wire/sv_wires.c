@@ -9,6 +9,7 @@
 #include "core/sv_device.h"
 #include "core/sv_path.h"
 #include "util/sv_log.h"
+#include "wire/iwarp/iw_conn.h"
 #include "wire/iwarp/iw_wire.h"
 #include "wire/sv_qpn.h"
 #include "wire/shm/shm_wire.h"
@@ -70,6 +71,10 @@ const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type, bool *local)
 	return &sv_wire_udp;
 }
 
+/* How long a peer host may take to answer softverbs' TCP port before it is taken for one
+ * without softverbs (a NIC's, rxe's: refused at once). */
+enum { PROBE_MS = 300 };
+
 /* SOFTVERBS_WIRE=roce: RC QPs connect over RoCE v2 whatever their peer, this host's too
  * (the rest as without it: UC stays on iWARP between hosts, until RoCE carries it). */
 static bool roce_wanted(void)
@@ -116,5 +121,17 @@ const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp)
 	 * this host; any other GID, another host. */
 	if (!ah->is_global || sv_host_find_gid(&sv_qp_ctx(qp)->host, &ah->grh.dgid) >= 0)
 		return &sv_wire_shm;
+	/* Another host: iWARP if softverbs answers there (both ends ask, and agree), else
+	 * the RoCE v2 a NIC or Linux's rxe speaks (RC; UC has no RoCE wire yet). */
+	if (qp->ibv.qp_base.qp_type == IBV_QPT_RC) {
+		const struct sv_host *host = &sv_qp_ctx(qp)->host;
+		int i = ah->grh.sgid_index < host->n_gids ? ah->grh.sgid_index : 0;
+
+		if (!iw_conn_answers(&ah->grh.dgid, &host->gids[i].gid, PROBE_MS)) {
+			sv_dbg("qp %u: no softverbs at the peer's host: RoCE v2",
+			       qp->ibv.qp_base.qp_num);
+			return &sv_wire_roce;
+		}
+	}
 	return &sv_wire_iwarp;
 }

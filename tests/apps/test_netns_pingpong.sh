@@ -45,7 +45,7 @@ CASES+=(ucx_rc_tag_lat ucx_rc_tag_bw ucx_rc_put_bw ucx_ud_tag_lat ucx_ud_tag_bw)
 # link (netem), which the transport's retransmission must make good.
 CASES+=(rc_pingpong_roce rc_pingpong_1mib_roce srq_pingpong_roce walkthrough_roce
         ib_send_lat_roce ib_write_bw_roce ib_read_lat_roce ib_read_bw_roce
-        ib_atomic_lat_roce rc_pingpong_roce_loss)
+        ib_atomic_lat_roce rc_pingpong_roce_loss rc_pingpong_auto_roce)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${CASES[@]}"
   exit 0
@@ -372,6 +372,23 @@ case_rc_pingpong_roce_loss() {
   for ns in "$NS_A" "$NS_B"; do
     ip netns exec "$ns" nft delete table inet svloss 2>/dev/null
   done
+}
+
+# A peer host where no softverbs answers (as a NIC's or rxe's): the client, left to choose,
+# finds nobody on that host's softverbs port and takes RoCE v2 by itself. (The server
+# plays the NIC: RoCE forced; the client probes a port nobody listens on.)
+case_rc_pingpong_auto_roce() {
+  local name=rc_pingpong_auto_roce p=18515 side u0
+  u0=$(udp_out "$NS_B")
+  xpair $name $p "" - env SOFTVERBS_WIRE=roce ibv_rc_pingpong -p $p -g "$GA" -c -s 4096 -n 500 -- \
+    env SOFTVERBS_IWARP_PORT=19999 ibv_rc_pingpong -p $p -g "$GB" -c -s 4096 -n 500 10.77.0.1
+  statuses $name
+  for side in cli srv; do
+    check "$name ($side): 4096000 bytes in 500 iters" \
+      count_lines "$TMP/$name.$side" "^4096000 bytes in .* seconds = " 1
+  done
+  check "$name: the client's packets went as UDP datagrams ($(($(udp_out "$NS_B") - u0)))" \
+    test $(($(udp_out "$NS_B") - u0)) -ge 1000
 }
 
 for c in "$@"; do

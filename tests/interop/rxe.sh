@@ -8,7 +8,7 @@
 #   way, sizes 64 and 1024 (rxe0's MTU on a 1500-byte link is 1024);
 #   ib_send_lat -c UD -s 2 and ib_send_bw -c UD -s 1024 (perftest, -x GID index), once
 #   each way
-#   RC over RoCE v2 (SOFTVERBS_WIRE=roce): ibv_rc_pingpong -c (64 and 4096 bytes) and
+#   RC over RoCE v2 (softverbs' own choice for a host without softverbs): ibv_rc_pingpong -c (64 and 4096 bytes) and
 #   ibv_srq_pingpong -c, RUNS times each way; perftest's send/write/read/atomic latency
 #   and send/write/read bandwidth, once each way (MTU 1024 on both sides)
 # and the same with both ends on rxe in the guest, for rxe's own figure beside ours
@@ -48,20 +48,19 @@ if [ "${1:-}" = --host-side ]; then
   pp_ok() { [ "$1" -eq 0 ] && grep -q "$ITERS iters" "$2" && ! grep -qiE 'mismatch|fail' "$2"; }
 
   port=18600
-  # pp_ways KIND PROG SIZE [ARGS...]: PROG with -c and ARGS between softverbs (KIND rc:
-  # SOFTVERBS_WIRE=roce) and rxe, RUNS times each way, then rxe with itself for its own
-  # figure.
+  # pp_ways KIND PROG SIZE [ARGS...]: PROG with -c and ARGS between softverbs and rxe,
+  # RUNS times each way, then rxe with itself for its own figure. (RC: softverbs finds no
+  # softverbs on the guest and takes RoCE v2 by itself.)
   pp_ways() {
-    local kind=$1 prog=$2 size=$3 r rc src out env=() args
+    local kind=$1 prog=$2 size=$3 r rc src out args
     shift 3
     args=("$@") # (the loop's set -- takes the positional parameters)
-    [ "$kind" = rc ] && env=(env SOFTVERBS_WIRE=roce)
     for r in $(seq "$RUNS"); do
       # softverbs client -> rxe server
       port=$((port + 1))
       gsh "$prog -d rxe0 -g $GG ${args[*]} -c -s $size -n $ITERS -p $port > /tmp/ps.log 2>&1 < /dev/null &" >/dev/null
       glisten $port >/dev/null
-      timeout 60 "${env[@]}" "$SV" run $prog -g "$HG" "${args[@]}" -c -s $size -n "$ITERS" -p $port $G \
+      timeout 60 "$SV" run $prog -g "$HG" "${args[@]}" -c -s $size -n "$ITERS" -p $port $G \
         > "$T/pc.log" 2>&1; rc=$?
       out=$(gsh "i=0; while pidof $prog >/dev/null && [ \$i -lt 100 ]; do sleep 0.2; i=\$((i+1)); done
                  killall -9 $prog 2>/dev/null; grep -c 'iters in' /tmp/ps.log; grep -iE 'mismatch|fail' /tmp/ps.log | head -2")
@@ -72,7 +71,7 @@ if [ "${1:-}" = --host-side ]; then
       figure "${prog}_$size" softverbs-client/rxe-server "$(usec "$T/pc.log")"
       # rxe client -> softverbs server
       port=$((port + 1))
-      timeout 60 "${env[@]}" "$SV" run $prog -g "$HG" "${args[@]}" -c -s $size -n "$ITERS" -p $port \
+      timeout 60 "$SV" run $prog -g "$HG" "${args[@]}" -c -s $size -n "$ITERS" -p $port \
         > "$T/ps.log" 2>&1 &
       spid=$!
       hlisten $port
@@ -98,13 +97,12 @@ if [ "${1:-}" = --host-side ]; then
   # way (FIELD: the column of the client's result line that is the figure), then rxe
   # with itself.
   perf_ways() {
-    local kind=$1 prog=$2 size=$3 col=$4 out rc src v env=()
+    local kind=$1 prog=$2 size=$3 col=$4 out rc src v
     shift 4
-    [ "$kind" = rc ] && env=(env SOFTVERBS_WIRE=roce)
     port=$((port + 1))
     gsh "timeout 60 $prog -d rxe0 -x $GG $* -s $size -n $ITERS -p $port > /tmp/ps.log 2>&1 < /dev/null &" >/dev/null
     glisten $port >/dev/null
-    timeout 60 "${env[@]}" "$SV" run $prog -x "$HG" "$@" -s $size -n "$ITERS" -p $port $G \
+    timeout 60 "$SV" run $prog -x "$HG" "$@" -s $size -n "$ITERS" -p $port $G \
       > "$T/pc.log" 2>&1; rc=$?
     gsh "i=0; while pidof $prog >/dev/null && [ \$i -lt 100 ]; do sleep 0.2; i=\$((i+1)); done" >/dev/null
     v=$(awk -v s=$size -v c=$col '$1 == s && NF >= c { v = $c } END { print v }' "$T/pc.log")
@@ -112,7 +110,7 @@ if [ "${1:-}" = --host-side ]; then
       tail -n 3 "$T/pc.log" | sed 's/^/    /'
     figure "${prog}_${kind}_$size" softverbs-client/rxe-server "${v:-?}"
     port=$((port + 1))
-    timeout 60 "${env[@]}" "$SV" run $prog -x "$HG" "$@" -s $size -n "$ITERS" -p $port \
+    timeout 60 "$SV" run $prog -x "$HG" "$@" -s $size -n "$ITERS" -p $port \
       > "$T/ps.log" 2>&1 &
     local spid=$!
     hlisten $port

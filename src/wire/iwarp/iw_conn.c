@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -290,6 +291,55 @@ int iw_conn_dial(const struct sockaddr *to, socklen_t to_len, const struct iw_pa
 err_close:
 	close(fd);
 	return err;
+}
+
+/* The last answers of iw_conn_answers, by address (oldest replaced). */
+enum { PROBES = 16 };
+static struct probe {
+	union ibv_gid gid;
+	uint64_t at; /* sv_now_ns; 0: empty */
+	bool yes;
+} probes[PROBES];
+static pthread_mutex_t probes_lock = PTHREAD_MUTEX_INITIALIZER;
+
+bool iw_conn_answers(const union ibv_gid *gid, const union ibv_gid *sgid, int timeout_ms)
+{
+	struct sockaddr_storage ss;
+	struct probe *slot = &probes[0];
+	uint64_t now = sv_now_ns(), deadline = now + (uint64_t)timeout_ms * 1000000ull;
+	socklen_t len;
+	bool yes = false;
+	int fd, soerr = 0;
+	socklen_t sl = sizeof(soerr);
+
+	pthread_mutex_lock(&probes_lock);
+	for (int i = 0; i < PROBES; i++) {
+		struct probe *p = &probes[i];
+
+		if (p->at && !memcmp(&p->gid, gid, sizeof(*gid)) && now - p->at < IW_PROBE_TTL_NS) {
+			yes = p->yes;
+			pthread_mutex_unlock(&probes_lock);
+			return yes;
+		}
+		if (p->at < slot->at)
+			slot = p;
+	}
+	pthread_mutex_unlock(&probes_lock);
+	if (iw_conn_gid_addr(gid, sgid, &ss, &len))
+		return false;
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	if (!connect(fd, (struct sockaddr *)&ss, len))
+		yes = true;
+	else if (errno == EINPROGRESS && !wait_fd(fd, POLLOUT, deadline) &&
+		 !getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) && !soerr)
+		yes = true;
+	close(fd);
+	pthread_mutex_lock(&probes_lock);
+	*slot = (struct probe){ .gid = *gid, .at = sv_now_ns(), .yes = yes };
+	pthread_mutex_unlock(&probes_lock);
+	return yes;
 }
 
 int iw_conn_gid_addr(const union ibv_gid *gid, const union ibv_gid *sgid,

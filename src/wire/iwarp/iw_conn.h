@@ -124,6 +124,14 @@ int iw_conn_gid_addr(const union ibv_gid *gid, const union ibv_gid *sgid,
 /* The port from the environment (SOFTVERBS_IWARP_PORT, else IW_PORT_DEFAULT). */
 uint16_t iw_conn_port(void);
 
+/*
+ * Whether softverbs answers on the host of @gid (a TCP connection to its port completes
+ * within @timeout_ms; closed at once). An answer is remembered for IW_PROBE_TTL_NS per
+ * address: the host's QPs going to RTR together ask once. Blocks: no lock held.
+ */
+#define IW_PROBE_TTL_NS 10000000000ull
+bool iw_conn_answers(const union ibv_gid *gid, const union ibv_gid *sgid, int timeout_ms);
+
 /* The frames themselves (tests, fuzzing): those this version sends are this long (a later
  * version may append to the private data: a parser takes what follows its 16 bytes). */
 enum { IW_CONN_PD_LEN = 20, IW_CONN_FRAME_LEN = 20 + IW_CONN_PD_LEN };
