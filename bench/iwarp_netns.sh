@@ -29,7 +29,9 @@ in B on CPU 1, each under taskset and timeout), N rounds (default 3) of:
   ucx_perftest, UCX_TLS=tcp: tag_lat 8 B, ucp_put_bw 1 MiB and 8 B, ucp_get 1 MiB
   softverbs (SOFTVERBS_WIRE=iwarp): ib_send_lat -s 2, ib_write_bw -s 1048576,
   ib_read_bw -s 1048576, ib_write_bw -s 8 -t 128 -l 32 -N (message rate),
-  ib_send_lat -c UD -s 2 (the UDP wire); ucx_perftest tag_lat 8 B with
+  ib_send_lat -c UD -s 2 (the UDP wire); with SOFTVERBS_WIRE=roce (RC over RoCE v2)
+  ib_send_lat -s 2, ib_write_bw and ib_read_bw -s 1048576 and the message rate;
+  ucx_perftest tag_lat 8 B with
   UCX_TLS=rc_verbs,ud_verbs:aux on softverbs0:1
 Each figure is the median of its rounds; the table gives softverbs / baseline. Each
 line shows, as "others", how many tasks other work had runnable just before its run
@@ -319,7 +321,8 @@ sv_ready() {
 }
 
 # sv KEY LABEL UNIT COLUMN SCALE SIZE PROGRAM ARGS...: perftest under softverbs run,
-# SOFTVERBS_WIRE=iwarp; the figure is COLUMN (perftest's header name) x SCALE.
+# SOFTVERBS_WIRE=$wire (iwarp unless the caller sets wire=roce); the figure is COLUMN
+# (perftest's header name) x SCALE.
 sv() {
 	local key=$1 label=$2 unit=$3 col=$4 scale=$5 size=$6 prog=$7 v="" c
 	shift 7
@@ -334,8 +337,8 @@ sv() {
 		sv_gave_up[$key]=1
 		return 0
 	fi
-	run "$key" 18600 - env SOFTVERBS_WIRE=iwarp "${PIN_S[@]}" "$SV" run -- "$prog" -p 18600 -x "$GA" "$@" :: \
-		env SOFTVERBS_WIRE=iwarp "${PIN_C[@]}" "$SV" run -- "$prog" -p 18600 -x "$GB" "$@" 10.77.0.1 &&
+	run "$key" 18600 - env SOFTVERBS_WIRE="${wire:-iwarp}" "${PIN_S[@]}" "$SV" run -- "$prog" -p 18600 -x "$GA" "$@" :: \
+		env SOFTVERBS_WIRE="${wire:-iwarp}" "${PIN_C[@]}" "$SV" run -- "$prog" -p 18600 -x "$GB" "$@" 10.77.0.1 &&
 		c=$(column "$tmp/$key.cli" "$size" "$col") &&
 		v=$(num "$(calc '%.4g' "$c * $scale")")
 	record "$key" "$label" "$unit" "$v"
@@ -377,6 +380,14 @@ for ((r = 1; r <= rounds; r++)); do
 			ib_write_bw -s 8 -t 128 -l 32 -n "$pt_rate_iters" -N --report_gbits
 		sv sv_ud_lat "softverbs ib_send_lat -c UD -s 2 (t_typical)" µs 't_typical[usec]' 1 2 \
 			ib_send_lat -c UD -s 2 -n "$pt_lat_iters"
+		wire=roce sv sv_roce_lat "softverbs RoCE ib_send_lat -s 2 (t_typical)" µs \
+			't_typical[usec]' 1 2 ib_send_lat -s 2 -n "$pt_lat_iters"
+		wire=roce sv sv_roce_write "softverbs RoCE ib_write_bw -s 1048576" Gb/s \
+			'BW average[Gb/sec]' 1 1048576 ib_write_bw -s 1048576 -n "$pt_bw_iters" --report_gbits
+		wire=roce sv sv_roce_read "softverbs RoCE ib_read_bw -s 1048576" Gb/s \
+			'BW average[Gb/sec]' 1 1048576 ib_read_bw -s 1048576 -n "$pt_bw_iters" --report_gbits
+		wire=roce sv sv_roce_rate "softverbs RoCE ib_write_bw -s 8 -t 128 -l 32 -N, rate" M/s \
+			'MsgRate[Mpps]' 1 8 ib_write_bw -s 8 -t 128 -l 32 -n "$pt_rate_iters" -N --report_gbits
 		sv_ucx sv_ucx_lat tag_lat 8 100000 3 1 "ucx_perftest softverbs rc tag_lat 8 B (p50)" µs
 	fi
 	echo
@@ -464,6 +475,11 @@ if [ $with_sv -eq 1 ]; then
 	ratio sv_read ucx_get_bw "> 1"
 	ratio sv_rate ucx_put_mr "> 1"
 	ratio sv_ud_lat sockperf_udp_lat "<= 1.2"
+	ratio sv_roce_lat sockperf_udp_lat "<= 1.1"
+	ratio sv_roce_lat sv_lat "<= 1"
+	ratio sv_roce_write iperf3_bw ">= 1"
+	ratio sv_roce_read iperf3_bw ">= 1"
+	ratio sv_roce_rate sv_rate ">= 1"
 	ratio sv_ucx_lat ucx_tag_lat "< 1"
 	echo
 	if [ ${#pair_sv[@]} -gt 0 ]; then
@@ -501,7 +517,8 @@ if [ $with_sv -eq 1 ]; then
 		pair_ratios pair_ucx "< 1" "UCX tcp tag_lat"
 		echo
 	fi
-	for key in sv_lat sv_write sv_read sv_rate sv_ud_lat sv_ucx_lat; do
+	for key in sv_lat sv_write sv_read sv_rate sv_ud_lat sv_roce_lat sv_roce_write sv_roce_read \
+		sv_roce_rate sv_ucx_lat; do
 		[ -n "${fig_fail[$key]:-}" ] && echo "$key failed: ${fig_fail[$key]}"
 	done
 fi
