@@ -137,6 +137,17 @@ static void rewind(struct sv_qp *qp, uint32_t msn)
 	sv_set_hint(qp->tx_kick, true);
 }
 
+/* SV_WIRE_LOSSY: an answer completed something. The retries start afresh (IBA
+ * 9.7.6.1.3, 9.7.5.2.8), a NAK may start a go-back again, the timer runs from now. */
+static void progressed(struct sv_qp *qp)
+{
+	qp->resending = false;
+	qp->retry_left = qp->attr.retry_cnt;
+	qp->rnr_left = qp->attr.rnr_retry;
+	if (!sv_hint(qp->resend_at))
+		timer_restart(qp);
+}
+
 /* Marks every WQE waiting for an answer up to @msn as done, READs and atomics only if
  * @reads. On a lossy wire, a READ or atomic among them whose answer did not come is an
  * implied NAK (IBA 9.7.5.1.1: its response was lost): transmit again from it. Caller
@@ -168,14 +179,8 @@ static void acked_upto(struct sv_qp *qp, uint32_t msn, bool reads)
 	}
 	if (sv_hint(qp->rnr_deadline) && sv_msn_le(qp->rnr_msn, msn))
 		sv_set_hint(qp->rnr_deadline, 0);
-	if (lossy && moved) {
-		/* Progress: the retries start afresh (IBA 9.7.6.1.3, 9.7.5.2.8). */
-		qp->resending = false;
-		qp->retry_left = qp->attr.retry_cnt;
-		qp->rnr_left = qp->attr.rnr_retry;
-		if (!sv_hint(qp->resend_at))
-			timer_restart(qp);
-	}
+	if (lossy && moved)
+		progressed(qp);
 }
 
 /* A READ or atomic's own answer came: it is done (sq.lock). */
@@ -184,13 +189,8 @@ static void answered(struct sv_qp *qp, struct sv_send_wqe *w)
 	sv_wqe_done(w, IBV_WC_SUCCESS);
 	if (qp->rd_atomic_out)
 		qp->rd_atomic_out--;
-	if (sv_qp_lossy(qp)) {
-		qp->resending = false;
-		qp->retry_left = qp->attr.retry_cnt;
-		qp->rnr_left = qp->attr.rnr_retry;
-		if (!sv_hint(qp->resend_at))
-			timer_restart(qp);
-	}
+	if (sv_qp_lossy(qp))
+		progressed(qp);
 }
 
 /* The WQE waiting for the answer to @msn, if it is of the kind the answer is for: @op
@@ -242,6 +242,12 @@ static const uint32_t rnr_timer_us[32] = {
 	163840, 245760, 327680, 491520,
 };
 
+/* The wait an RNR NAK's timer code names, µs (a code past the table: the longest). */
+static uint32_t rnr_wait_us(uint32_t code)
+{
+	return code < 32 ? rnr_timer_us[code] : rnr_timer_us[0];
+}
+
 /* A segment of the answer to a READ: into the WQE's buffers, checked again (the MR may
  * have gone since the READ was sent). */
 static void read_resp(struct sv_qp *qp, const struct sv_hdr *h, const struct sv_payload *p)
@@ -286,7 +292,7 @@ static void fail_waiting(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_st
 static void rnr_nak(struct sv_qp *qp, const struct sv_hdr *h)
 {
 	struct sv_send_wqe *w;
-	uint32_t t = h->status < 32 ? rnr_timer_us[h->status] : rnr_timer_us[0];
+	uint32_t t = rnr_wait_us(h->status);
 
 	acked_upto(qp, h->msn - 1, true);
 	w = first_waiting(qp);
@@ -376,7 +382,7 @@ enum sv_rx sv_comp_deliver(struct sv_qp *qp, const struct sv_hdr *h, const struc
 		}
 		/* IBA 9.7.5.2.8: wait; after rnr_retry tries (7: forever) give up. */
 		if (qp->attr.rnr_retry != 7 && !sv_hint(qp->rnr_deadline)) {
-			uint32_t t = h->status < 32 ? rnr_timer_us[h->status] : rnr_timer_us[0];
+			uint32_t t = rnr_wait_us(h->status);
 			uint64_t wait = (uint64_t)t * 1000 * (qp->attr.rnr_retry + 1u);
 
 			qp->rnr_msn = h->msn;
