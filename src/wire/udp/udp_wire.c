@@ -1,9 +1,13 @@
 /*
  * The UDP wire (udp_wire.h): UD datagrams between hosts as RoCE v2 packets on UDP port
  * 4791, through the process's socket on that port (src/wire/roce/rv_port.h: one user's
- * processes share it, each gets the datagrams of its QPN blocks), one sendmsg each.
+ * processes share it, each gets the datagrams of its QPN blocks), one sendmsg each; and
+ * on the same socket RC QPs' packets (sv_wire_roce: udp_rc.c numbers them, the core
+ * retransmits), taken only from the path's peer address, a request the responder holds
+ * dropped (its requester sends it again), the acknowledgements a poll owes sent at its
+ * end.
  *
- * Receiving: whichever UD QP of the process polls first reads the socket (a budget at a
+ * Receiving: whichever QP of the process polls first reads the socket (a budget at a
  * time, under the port's mutex), checks each datagram's ICRC, and delivers what is its
  * own, and another QP's too when it can take that QP's responder role at once (as a NIC
  * puts a datagram in the receive queue it is for); else the datagram waits in that QP's
@@ -65,7 +69,7 @@ struct udp_dgram {
 
 struct udp_qp;
 
-/* A QPN block with UD QPs here: its QPs, by the number's low byte (port.lock). */
+/* A QPN block with UD or RC (RoCE) QPs here: its QPs, by the number's low byte (port.lock). */
 struct udp_block {
 	struct udp_block *next;
 	uint32_t block;
@@ -90,7 +94,7 @@ struct udp_qp {
 	_Atomic uint32_t queued; /* head - tail, for a poll's look without the lock */
 };
 
-/* The process's socket on the RoCE v2 port, open while it has UD QPs. */
+/* The process's socket on the RoCE v2 port, open while it has UD or RC (RoCE) QPs. */
 static struct {
 	pthread_mutex_t lock; /* the socket's reads, the blocks and their QPs, queues, in */
 	struct rv_port *rp;
@@ -211,7 +215,7 @@ static int port_open_locked(void)
 	return err;
 }
 
-/* setup_lock: the last UD QP left; the port is the user's other processes' alone. */
+/* setup_lock: the last UD or RoCE QP left; the port is the user's other processes' alone. */
 static void port_close_locked(void)
 {
 	uint64_t frag = atomic_exchange(&port.frag, 0);

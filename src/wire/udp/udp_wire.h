@@ -13,7 +13,11 @@
  *
  * Locks: the port's mutex (the socket's reads, the blocks and their QPs, their queues of
  * datagrams received and not yet delivered) is taken under rx_busy, never under
- * sq.lock; sending takes none (the socket is fixed while a QP uses it).
+ * sq.lock; sending takes none (the socket is fixed while a QP uses it). An RC QP's
+ * answer is decoded under its sq.lock (the requester's PSNs), taken inside the port's
+ * mutex.
+ *
+ * sv_wire_roce: RC QPs on the same port and socket, from RTR (udp_rc.h).
  */
 #ifndef UDP_WIRE_H
 #define UDP_WIRE_H
