@@ -7,10 +7,43 @@
 #ifndef FORGE_H
 #define FORGE_H
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zlib.h>
+
+/* Where the forged datagrams go: the RoCE v2 port (SOFTVERBS_ROCE_PORT) on loopback. */
+static inline struct sockaddr_in forge_port(void)
+{
+	const char *roce = getenv("SOFTVERBS_ROCE_PORT");
+
+	return (struct sockaddr_in){ .sin_family = AF_INET,
+				     .sin_port = htons((uint16_t)(roce ? atoi(roce) : 4791)),
+				     .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+}
+
+/* A socket that forges from IPv4 address @addr, a port of its own (in *@from), don't
+ * fragment (ID 0: the ICRC knows both). -1 if it cannot. */
+static inline int forge_socket(struct sockaddr_in *from, const char *addr)
+{
+	int dont = IP_PMTUDISC_DO, s = socket(AF_INET, SOCK_DGRAM, 0);
+	socklen_t len = sizeof(*from);
+
+	*from = (struct sockaddr_in){ .sin_family = AF_INET };
+	if (s < 0 || inet_pton(AF_INET, addr, &from->sin_addr) != 1 ||
+	    setsockopt(s, IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof(dont)) ||
+	    bind(s, (struct sockaddr *)from, sizeof(*from)) ||
+	    getsockname(s, (struct sockaddr *)from, &len)) {
+		if (s >= 0)
+			close(s);
+		return -1;
+	}
+	return s;
+}
 
 static inline void forge_put32(uint8_t *b, uint32_t v)
 {

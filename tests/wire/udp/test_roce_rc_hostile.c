@@ -179,26 +179,11 @@ static int gid_index_of_loopback(void)
 	return -1;
 }
 
-static int open_socket(struct sockaddr_in *from, const char *addr)
-{
-	int dont = IP_PMTUDISC_DO, s = socket(AF_INET, SOCK_DGRAM, 0);
-	socklen_t len = sizeof(*from);
-
-	assert_true(s >= 0);
-	*from = (struct sockaddr_in){ .sin_family = AF_INET };
-	inet_pton(AF_INET, addr, &from->sin_addr);
-	assert_int_equal(setsockopt(s, IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof(dont)), 0);
-	assert_int_equal(bind(s, (struct sockaddr *)from, sizeof(*from)), 0);
-	assert_int_equal(getsockname(s, (struct sockaddr *)from, &len), 0);
-	return s;
-}
-
 static int setup(void **state)
 {
 	struct ibv_device **list;
 	struct ibv_qp_init_attr ia = { 0 };
 	struct ibv_qp_attr a = { 0 };
-	const char *roce = getenv("SOFTVERBS_ROCE_PORT");
 	int n, gid;
 
 	(void)state;
@@ -254,11 +239,10 @@ static int setup(void **state)
 	assert_int_equal(ibv_modify_qp(E.qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
 					       IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 					       IBV_QP_MAX_QP_RD_ATOMIC), 0);
-	E.to = (struct sockaddr_in){ .sin_family = AF_INET,
-				     .sin_port = htons((uint16_t)(roce ? atoi(roce) : 4791)),
-				     .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	E.sock = open_socket(&E.from, "127.0.0.1");
-	E.stranger = open_socket(&E.from2, "127.0.0.2");
+	E.to = forge_port();
+	E.sock = forge_socket(&E.from, "127.0.0.1");
+	E.stranger = forge_socket(&E.from2, "127.0.0.2");
+	assert_true(E.sock >= 0 && E.stranger >= 0);
 	E.epsn = RQ_PSN;
 	return 0;
 }

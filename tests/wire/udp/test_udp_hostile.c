@@ -160,9 +160,6 @@ static int setup(void **state)
 	struct ibv_device **list;
 	struct ibv_qp_init_attr ia = { 0 };
 	struct ibv_qp_attr a = { 0 };
-	const char *roce = getenv("SOFTVERBS_ROCE_PORT");
-	int dont = IP_PMTUDISC_DO;
-	socklen_t len = sizeof(E.from);
 	int n;
 
 	(void)state;
@@ -198,17 +195,9 @@ static int setup(void **state)
 	a.qp_state = IBV_QPS_RTS;
 	assert_int_equal(ibv_modify_qp(E.qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
 	E.qkey = QKEY;
-	E.sock = socket(AF_INET, SOCK_DGRAM, 0);
+	E.to = forge_port();
+	E.sock = forge_socket(&E.from, "127.0.0.1");
 	assert_true(E.sock >= 0);
-	E.to = (struct sockaddr_in){ .sin_family = AF_INET,
-				     .sin_port = htons((uint16_t)(roce ? atoi(roce) : 4791)),
-				     .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	/* From a port of its own on loopback, don't fragment (ID 0): the ICRC knows both. */
-	E.from = (struct sockaddr_in){ .sin_family = AF_INET,
-				       .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	assert_int_equal(setsockopt(E.sock, IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof(dont)), 0);
-	assert_int_equal(bind(E.sock, (struct sockaddr *)&E.from, sizeof(E.from)), 0);
-	assert_int_equal(getsockname(E.sock, (struct sockaddr *)&E.from, &len), 0);
 	return 0;
 }
 
