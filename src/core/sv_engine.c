@@ -20,8 +20,9 @@ static _Atomic uint32_t bad_pkeys_gone; /* counted on QPs destroyed since */
 
 /* A descriptor the progress thread watches for a wire. */
 struct watch {
-	bool parked; /* a oneshot watch out of the epoll set until armed (sv_engine_park) */
+	bool parked; /* out of the epoll set until armed or unparked (sv_engine_park) */
 	int fd;
+	uint32_t events; /* what it was added for (sv_engine_unpark adds it back so) */
 	sv_watch_fn fn;
 	void *arg;
 	uint64_t id;
@@ -106,6 +107,7 @@ static int add_watch(int fd, uint32_t events, sv_watch_fn fn, void *arg, uint64_
 		return err;
 	}
 	w->fd = fd;
+	w->events = events;
 	w->fn = fn;
 	w->arg = arg;
 	w->id = ++eng.next_id;
@@ -146,6 +148,21 @@ void sv_engine_park(uint64_t id)
 		if (w->id == id) {
 			if (!w->parked && !epoll_ctl(eng.epfd, EPOLL_CTL_DEL, w->fd, NULL))
 				w->parked = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&eng.lock);
+}
+
+void sv_engine_unpark(uint64_t id)
+{
+	pthread_mutex_lock(&eng.lock);
+	for (struct watch *w = eng.watches; w; w = w->next) {
+		if (w->id == id) {
+			struct epoll_event ev = { .events = w->events, .data.ptr = w };
+
+			if (w->parked && !epoll_ctl(eng.epfd, EPOLL_CTL_ADD, w->fd, &ev))
+				w->parked = false;
 			break;
 		}
 	}

@@ -53,11 +53,15 @@ int sv_engine_watch_oneshot_locked(int fd, sv_watch_fn fn, void *arg, uint64_t *
  * armed: the callback learns of it even while the fd is not read. */
 int sv_engine_watch_edge_locked(int fd, sv_watch_fn fn, void *arg, uint64_t *id);
 int sv_engine_rearm(uint64_t id, uint32_t events);
-/* A oneshot watch out of the epoll set until sv_engine_rearm arms it again: the
+/* A watch out of the epoll set until sv_engine_rearm arms it again (a oneshot watch) or
+ * sv_engine_unpark puts it back (an edge-triggered one): the
  * application's polls read the descriptor (the thread leaves its QP to them). In the set,
  * even disarmed, a socket's every packet runs the epoll callback in its sender's system
  * call (a ping-pong across a veth pair: 0.2 us a message). Takes the engine's lock. */
 void sv_engine_park(uint64_t id);
+/* An edge-triggered watch parked (sv_engine_park) back in the set, for what it was added
+ * for; data already there reports at once. Takes the engine's lock. */
+void sv_engine_unpark(uint64_t id);
 
 /* Locks a wire takes under the engine's: held around fork() after the engine's, and
  * made afresh in the child (each hook set once; up to eight). */

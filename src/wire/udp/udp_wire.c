@@ -21,7 +21,11 @@
  * host's QPs (shm) polls without a recvmsg, as the shm path must. A reader clears
  * `ready` before it reads until the socket is empty, so a datagram arriving after its
  * last read raises it again. The first datagram after a quiet spell costs a wake-up of
- * the progress thread.
+ * the progress thread. While the application busy-polls every RC (RoCE) QP of the
+ * port and it has no UD QP, the progress thread parks the watch (udp_park: each
+ * datagram's wake-up took the CPU the spinning application needed, twice the
+ * ib_send_lat of today), and the polls read the socket each time (`parked`), as
+ * iWARP's polls read theirs; arming any of them puts the watch back.
  *
  * Waking: arm() says idle only with the QP's queue empty and `ready` down (under the
  * port's mutex, as routing queues): a datagram already there keeps the thread awake,
@@ -89,6 +93,7 @@ struct udp_qp {
 	struct sockaddr_storage to;
 	socklen_t to_len;        /* 0: no path to the peer (not global, link-local) */
 	_Atomic uint32_t bad_pkeys;
+	atomic_bool parked;      /* the application's polls move it (udp_park; watch_lock) */
 	struct udp_dgram *queue; /* UDP_QUEUE, allocated when first needed; port.lock */
 	uint32_t head, tail;
 	_Atomic uint32_t queued; /* head - tail, for a poll's look without the lock */
@@ -105,6 +110,12 @@ static struct {
 	 * opened at the first: its port << 32 | its descriptor (0: none yet). */
 	_Atomic uint64_t frag;
 	uint64_t watch; /* the engine's edge-triggered watch of fd */
+	/* The watch is parked while the application's polls move every QP of the port
+	 * (udp_park): its QPs' polls then read the socket, and no datagram wakes the
+	 * progress thread. Taken before the engine's lock. */
+	pthread_mutex_t watch_lock;
+	int unparked, n_parked; /* QPs the watch is for (UD's always), and the others */
+	atomic_bool parked;     /* the watch is out: polls read (watch_lock to change) */
 	uint64_t reg_watch; /* ... and of the registry's inotify (0: none) */
 	atomic_bool ready; /* the watch saw datagrams come: a poll is to read */
 	atomic_bool recheck; /* the registry changed: a poll is to see whether it matters */
@@ -114,7 +125,8 @@ static struct {
 	int n_qps;
 	struct rv_icrc_ids ids;
 	struct udp_dgram in; /* the datagram being read */
-} port = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1 };
+} port = { .lock = PTHREAD_MUTEX_INITIALIZER, .watch_lock = PTHREAD_MUTEX_INITIALIZER,
+	    .fd = -1 };
 
 /* Above port.lock: opening and closing the port, adding and removing QPs. */
 static pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -123,6 +135,43 @@ static pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct udp_qp *udp_of(struct sv_qp *qp)
 {
 	return qp->wire == &sv_wire_roce ? qp->wire_qp : qp->far_qp;
+}
+
+/* watch_lock: the watch parked exactly while QPs are and none needs it. Unparked, what
+ * came meanwhile reports at once, and the polls read (`ready`). */
+static void watch_update_locked(void)
+{
+	bool want = !port.unparked && port.n_parked;
+
+	if (want == atomic_load(&port.parked))
+		return;
+	if (want) {
+		atomic_store(&port.parked, true); /* (the polls read before the watch is out) */
+		sv_engine_park(port.watch);
+	} else {
+		sv_engine_unpark(port.watch);
+		atomic_store(&port.ready, true);
+		atomic_store(&port.parked, false);
+	}
+}
+
+/* @uq counted (@d 1) or no more (-1), parked or not (watch_lock; then
+ * watch_update_locked). */
+static void watch_count_locked(struct udp_qp *uq, int d)
+{
+	if (atomic_load(&uq->parked))
+		port.n_parked += d;
+	else
+		port.unparked += d;
+}
+
+/* A QP comes (@d 1) or leaves (-1). */
+static void watch_count(struct udp_qp *uq, int d)
+{
+	pthread_mutex_lock(&port.watch_lock);
+	watch_count_locked(uq, d);
+	watch_update_locked();
+	pthread_mutex_unlock(&port.watch_lock);
 }
 
 /* RV_PORT, or SOFTVERBS_ROCE_PORT (tests, and hosts where the kernel's rxe holds 4791). */
@@ -377,6 +426,8 @@ static int udp_qp_take(struct sv_qp *qp, uint32_t qpn)
 				qp->far_qp = uq;
 		}
 		pthread_mutex_unlock(&port.lock);
+		if (b)
+			watch_count(uq, 1);
 		if (!port.n_qps)
 			port_close_locked();
 	}
@@ -418,6 +469,7 @@ static void udp_qp_fini(struct sv_qp *qp)
 	else
 		qp->far_qp = NULL;
 	sv_rx_unlock(qp);
+	watch_count(uq, -1);
 	if (!port.n_qps)
 		port_close_locked();
 	pthread_mutex_unlock(&setup_lock);
@@ -1000,8 +1052,10 @@ static int udp_poll(struct sv_qp *qp)
 	uint16_t sport;
 	int n = 0, i = 0;
 
-	/* Nothing came, lately or now, and nothing waits: no lock, no system call. */
+	/* Nothing came, lately or now, and nothing waits: no lock, no system call (unless
+	 * nothing would say it came: the watch is parked). */
 	if (!uq || (!atomic_load_explicit(&port.ready, memory_order_acquire) &&
+		    !atomic_load_explicit(&port.parked, memory_order_relaxed) &&
 		    sv_now_ns() >= atomic_load_explicit(&port.hot_until, memory_order_relaxed) &&
 		    atomic_load_explicit(&uq->queued, memory_order_relaxed) == 0))
 		return 0;
@@ -1042,6 +1096,30 @@ static int udp_poll(struct sv_qp *qp)
 	return n;
 }
 
+/* The progress thread: @uq parked (the application's polls move it) or not. */
+static void set_parked(struct udp_qp *uq, bool parked)
+{
+	pthread_mutex_lock(&port.watch_lock);
+	watch_count_locked(uq, -1);
+	atomic_store(&uq->parked, parked);
+	watch_count_locked(uq, 1);
+	watch_update_locked();
+	pthread_mutex_unlock(&port.watch_lock);
+}
+
+/* The progress thread: the application polls this RC QP (sv_wire_roce): the watch stays
+ * for the QPs it does not poll, and goes when it polls them all (its polls read the
+ * socket: a datagram would otherwise wake the thread, which takes the CPU the spinning
+ * application needs). UD QPs keep the watch (polls that read only when it fired: a UD QP
+ * that talks to its host's QPs makes no system call). */
+static void udp_park(struct sv_qp *qp)
+{
+	struct udp_qp *uq = udp_of(qp);
+
+	if (uq && !atomic_load_explicit(&uq->parked, memory_order_relaxed))
+		set_parked(uq, true);
+}
+
 static bool udp_arm(struct sv_qp *qp, bool assist)
 {
 	struct udp_qp *uq = udp_of(qp);
@@ -1050,6 +1128,8 @@ static bool udp_arm(struct sv_qp *qp, bool assist)
 	(void)assist;
 	if (!uq)
 		return true;
+	if (atomic_load_explicit(&uq->parked, memory_order_relaxed))
+		set_parked(uq, false); /* the progress thread is to hear of it again */
 	pthread_mutex_lock(&port.lock);
 	/* Held datagrams wait for the QP's RTR, not for us: they do not keep it awake. */
 	idle = (uq->head == uq->tail ||
@@ -1185,5 +1265,6 @@ const struct sv_wire_ops sv_wire_roce = {
 	.poll = udp_poll,
 	.arm = udp_arm,
 	.disarm = udp_disarm,
+	.park = udp_park,
 	.bad_pkeys = udp_bad_pkeys,
 };
