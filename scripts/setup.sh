@@ -8,12 +8,13 @@ cd "$(dirname "$0")/.."
 
 # Build dependencies and the rdma-core programs the tests run unmodified; iproute2,
 # iputils-ping and tshark for the tests between network namespaces (tests/apps/netns.sh),
-# nftables to lose packets on their link on purpose (the kernel may have no netem);
+# nftables to lose packets on their link on purpose (the kernel may have no netem), gdb
+# for the stacks of a program that hangs there;
 # the stacks the tests run on softverbs (UCX, libfabric, Open MPI, MPICH) and gnuplot for
 # bench/mpi.sh's plots.
 PACKAGES=(build-essential cmake pkg-config clang libclang-rt-14-dev libcmocka-dev
           libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest qperf libisal-dev
-          zlib1g-dev python3 python3-pyverbs iproute2 iputils-ping tshark nftables
+          zlib1g-dev python3 python3-pyverbs iproute2 iputils-ping tshark nftables gdb
           ucx-utils libfabric-bin openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox)
 
 missing=()

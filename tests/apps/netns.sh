@@ -24,6 +24,11 @@
 # Helpers:
 #   ns_exec NS SECS CMD...          run CMD in NS under timeout -k 5 SECS (its status)
 #   ns_bg NS SECS CMD...            the same in the background; its pid in $NS_PID
+#   ns_exec_watched NS SECS STACKS CMD...
+#                                   ns_exec, but a CMD still running 3 s before its time
+#                                   is up gets the stacks of every thread of every process
+#                                   in each namespace written to STACKS (gdb, when
+#                                   installed) before timeout ends it: a hang says where
 #   ns_wait_listen NS PORT [ADDR] [PID] [SECS]
 #                                   until something in NS listens on TCP PORT (at ADDR as
 #                                   ss prints it: 10.77.0.1, [fd77::1]; any if empty),
@@ -201,6 +206,32 @@ ns_bg() {
   shift 2
   ip netns exec "$ns" timeout -k 5 "$secs" "$@" &
   NS_PID=$!
+}
+
+ns_exec_watched() {
+  local ns=$1 secs=$2 stacks=$3 pid timer st n p
+  shift 3
+  ip netns exec "$ns" timeout -k 5 "$secs" "$@" &
+  pid=$!
+  sleep $((secs > 3 ? secs - 3 : 1)) &
+  timer=$!
+  wait -n $pid $timer
+  if kill -0 $pid 2>/dev/null && command -v gdb >/dev/null; then
+    : >"$stacks"
+    for n in "${NS_ALL[@]}"; do
+      for p in $(ip netns pids "$n" 2>/dev/null); do
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = timeout ] && continue
+        { echo "=== namespace $n, pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+          timeout 20 gdb -p "$p" -batch -nx -ex 'thread apply all bt 12' 2>/dev/null |
+            grep -E '^(Thread|#)'; } >>"$stacks"
+      done
+    done
+  fi
+  kill $timer 2>/dev/null
+  wait $pid
+  st=$?
+  wait $timer 2>/dev/null
+  return $st
 }
 
 ns_wait_listen() {

@@ -99,7 +99,9 @@ xpair() {
   local spid=$NS_PID
   XP_CRC=255
   if ns_wait_listen "$NS_A" "$port" "$ss_addr" $spid 15; then
-    ns_exec "$NS_B" $T "$SV" run "${cli[@]}" >"$TMP/$name.cli" 2>"$TMP/$name.cli.err"
+    # (stdout line-buffered: what a client killed at its timeout printed is kept)
+    ns_exec_watched "$NS_B" $T "$TMP/$name.stacks" "$SV" run stdbuf -oL "${cli[@]}" \
+      >"$TMP/$name.cli" 2>"$TMP/$name.cli.err"
     XP_CRC=$?
   fi
   if [ "$stop" = stop ]; then
@@ -137,6 +139,10 @@ statuses() {
   check "$name: server (A) exits 0" test $XP_SRC -eq 0
   if [ $XP_CRC -ne 0 ] || [ $XP_SRC -ne 0 ]; then
     ns_collect "$TMP/$name".{srv,cli}{,.err}
+    if [ -s "$TMP/$name.stacks" ]; then
+      echo "    --- the client hung: every thread's stack in A and B before its timeout"
+      head -n 300 "$TMP/$name.stacks" | sed 's/^/      /'
+    fi
   fi
 }
 
