@@ -834,6 +834,18 @@ void sv_qp_tx_locked(struct sv_qp *qp)
 		    !sv_hint(qp->resend_at) && sv_qp_ack_timeout_ns(qp))
 			sv_set_hint(qp->ack_deadline, sv_now_ns() + sv_qp_ack_timeout_ns(qp));
 		if (r == TX_BLOCKED) {
+			/* A lossy wire with answers to come (its window, or max_rd_atomic, is
+			 * full): the next answer kicks the transmit (sv_comp_deliver), the
+			 * transport timer ends a wait for a lost one. Blocked, the progress
+			 * thread would look again and again, taking the CPU and the lock the
+			 * poster needs. */
+			if (sv_qp_lossy(qp) && (qp->tx_off || qp->sq.tail != qp->sq_next)) {
+				if (!sv_hint(qp->ack_deadline) && !sv_hint(qp->resend_at) &&
+				    sv_qp_ack_timeout_ns(qp))
+					sv_set_hint(qp->ack_deadline,
+						    sv_now_ns() + sv_qp_ack_timeout_ns(qp));
+				break;
+			}
 			atomic_store(&qp->tx_blocked, true); /* seq_cst: sv_engine_blocked */
 			break;
 		}
