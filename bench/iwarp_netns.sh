@@ -30,6 +30,7 @@ in B on CPU 1, each under taskset and timeout), N rounds (default 3) of:
   softverbs (SOFTVERBS_WIRE=iwarp): ib_send_lat -s 2, ib_write_bw -s 1048576,
   ib_read_bw -s 1048576, ib_write_bw -s 8 -t 128 -l 32 -N (message rate),
   ib_send_lat -c UD -s 2 (the UDP wire); with SOFTVERBS_WIRE=roce (RC over RoCE v2)
+  and -m 1024 (the path MTU of the veth's 1500 bytes, as a NIC reports it)
   ib_send_lat -s 2, ib_write_bw and ib_read_bw -s 1048576 and the message rate;
   ucx_perftest tag_lat 8 B with
   UCX_TLS=rc_verbs,ud_verbs:aux on softverbs0:1
@@ -380,14 +381,19 @@ for ((r = 1; r <= rounds; r++)); do
 			ib_write_bw -s 8 -t 128 -l 32 -n "$pt_rate_iters" -N --report_gbits
 		sv sv_ud_lat "softverbs ib_send_lat -c UD -s 2 (t_typical)" µs 't_typical[usec]' 1 2 \
 			ib_send_lat -c UD -s 2 -n "$pt_lat_iters"
-		wire=roce sv sv_roce_lat "softverbs RoCE ib_send_lat -s 2 (t_typical)" µs \
-			't_typical[usec]' 1 2 ib_send_lat -s 2 -n "$pt_lat_iters"
-		wire=roce sv sv_roce_write "softverbs RoCE ib_write_bw -s 1048576" Gb/s \
-			'BW average[Gb/sec]' 1 1048576 ib_write_bw -s 1048576 -n "$pt_bw_iters" --report_gbits
-		wire=roce sv sv_roce_read "softverbs RoCE ib_read_bw -s 1048576" Gb/s \
-			'BW average[Gb/sec]' 1 1048576 ib_read_bw -s 1048576 -n "$pt_bw_iters" --report_gbits
-		wire=roce sv sv_roce_rate "softverbs RoCE ib_write_bw -s 8 -t 128 -l 32 -N, rate" M/s \
-			'MsgRate[Mpps]' 1 8 ib_write_bw -s 8 -t 128 -l 32 -n "$pt_rate_iters" -N --report_gbits
+		# RoCE at the path MTU the veth's 1500 bytes allow (-m 1024, as rxe or a NIC
+		# reports it): softverbs0's 4096 would go in IP fragments, a packet a call.
+		wire=roce sv sv_roce_lat "softverbs RoCE ib_send_lat -s 2 -m 1024 (t_typical)" µs \
+			't_typical[usec]' 1 2 ib_send_lat -s 2 -m 1024 -n "$pt_lat_iters"
+		wire=roce sv sv_roce_write "softverbs RoCE ib_write_bw -s 1048576 -m 1024" Gb/s \
+			'BW average[Gb/sec]' 1 1048576 ib_write_bw -s 1048576 -m 1024 -n "$pt_bw_iters" \
+			--report_gbits
+		wire=roce sv sv_roce_read "softverbs RoCE ib_read_bw -s 1048576 -m 1024" Gb/s \
+			'BW average[Gb/sec]' 1 1048576 ib_read_bw -s 1048576 -m 1024 -n "$pt_bw_iters" \
+			--report_gbits
+		wire=roce sv sv_roce_rate "softverbs RoCE ib_write_bw -s 8 -t 128 -l 32 -N -m 1024, rate" \
+			M/s 'MsgRate[Mpps]' 1 8 ib_write_bw -s 8 -t 128 -l 32 -m 1024 -n "$pt_rate_iters" -N \
+			--report_gbits
 		sv_ucx sv_ucx_lat tag_lat 8 100000 3 1 "ucx_perftest softverbs rc tag_lat 8 B (p50)" µs
 	fi
 	echo

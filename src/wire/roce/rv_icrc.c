@@ -54,7 +54,10 @@ static size_t pseudo(uint8_t *h, const struct rv_path *path, size_t len)
 		ip[1] = 0xff; /* TOS, masked */
 		ip[2] = (uint8_t)(tl >> 8);
 		ip[3] = (uint8_t)tl;
-		ip[4] = ip[5] = 0; /* identification: Linux's for a DF datagram not connected */
+		/* identification: Linux's for a DF datagram not connected is 0, and the
+		 * segments of one GSO send count up from it */
+		ip[4] = (uint8_t)(path->ip_id >> 8);
+		ip[5] = (uint8_t)path->ip_id;
 		ip[6] = 0x40;      /* DF */
 		ip[7] = 0;
 		ip[8] = 0xff;      /* TTL, masked */

@@ -195,12 +195,14 @@ struct rv_path {
 	bool v6;
 	uint8_t src[16], dst[16]; /* IPv4: the first 4 bytes */
 	uint16_t sport, dport;    /* UDP, host order (dport: RV_PORT) */
+	uint16_t ip_id;           /* IPv4's identification (0 but for a GSO batch's segments) */
 };
 
 /*
  * The ICRC of the datagram whose bytes before the ICRC are @iov[0..n) (BTH first), sent
  * on @path. IPv4 as Linux sends a datagram of an unconnected socket with
- * IP_PMTUDISC_DO: identification 0, DF set.
+ * IP_PMTUDISC_DO: identification 0 (@path->ip_id: the kernel numbers the segments of
+ * one UDP_SEGMENT send from 0 up), DF set.
  */
 uint32_t rv_icrc(const struct rv_path *path, const struct iovec *iov, int n);
 

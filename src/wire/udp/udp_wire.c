@@ -36,6 +36,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -60,7 +61,18 @@ enum {
 	UDP_RCVBUF = 8 << 20, /* the socket's receive buffer asked for (grow_rcvbuf) */
 	UDP_PAYLOAD_MAX = 4096, /* one packet of the path MTU: a UD message (IBA 10.7.2.2) */
 	UDP_DGRAM_MAX = RV_HDR_MAX + UDP_PAYLOAD_MAX + 3 + RV_ICRC,
+	/* A GSO batch (UDP_SEGMENT): packets of one message that go in one sendmsg */
+	UDP_GSO_PKTS = 64,      /* the kernel's UDP_MAX_SEGMENTS */
+	UDP_GSO_BYTES = 65507,  /* one UDP datagram's payload at most (IPv4) */
+	UDP_GSO_IOV = 256,
+	UDP_GRO_BUF = 65536,
 };
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 #define UDP_HOT_NS 1000000ull /* polls read the socket this long after a datagram */
 #define RESTEER_NS 1000000000ull /* a stray makes the port look again, this often at most */
 
@@ -72,6 +84,26 @@ struct udp_dgram {
 };
 
 struct udp_qp;
+
+/*
+ * An RC QP's packets waiting to go in one sendmsg with UDP_SEGMENT: the kernel cuts the
+ * buffer into datagrams of `seg` bytes (the last may be shorter) and sends them through
+ * the stack as one (a veth pair or loopback carries it whole to a receiver with UDP_GRO):
+ * one system call and one pass of the stack for up to 64 packets instead of one each.
+ * IPv4 numbers the segments' identifications 0, 1, ... (each ICRC computed so). One for
+ * requests (sq.lock) and one for answers (rx_busy), allocated at the first message of
+ * several packets; a message's last packet, a shorter one, a full batch or a full window
+ * sends it.
+ */
+struct udp_gso {
+	uint32_t seg, bytes;   /* each packet's length but the last's (0: empty); the sum */
+	int n_pkts, n_iov;
+	int first[UDP_GSO_PKTS]; /* where each packet's pieces start in iov */
+	uint8_t pad[UDP_GSO_PKTS];
+	uint8_t hdr[UDP_GSO_PKTS][RV_HDR_MAX];
+	uint8_t tail[UDP_GSO_PKTS][3 + RV_ICRC];
+	struct iovec iov[UDP_GSO_IOV];
+};
 
 /* A QPN block with UD or RC (RoCE) QPs here: its QPs, by the number's low byte (port.lock). */
 struct udp_block {
@@ -92,6 +124,9 @@ struct udp_qp {
 	uint8_t sgid[16], dgid[16];
 	struct sockaddr_storage to;
 	socklen_t to_len;        /* 0: no path to the peer (not global, link-local) */
+	struct udp_gso *gso[2];  /* requests (sq.lock), answers (rx_busy); NULL until needed */
+	bool no_gso;             /* the route does not take UDP_SEGMENT (fragments, no
+				  * checksum offload): one sendmsg a packet */
 	_Atomic uint32_t bad_pkeys;
 	atomic_bool parked;      /* the application's polls move it (udp_park; watch_lock) */
 	struct udp_dgram *queue; /* UDP_QUEUE, allocated when first needed; port.lock */
@@ -125,6 +160,12 @@ static struct {
 	int n_qps;
 	struct rv_icrc_ids ids;
 	struct udp_dgram in; /* the datagram being read */
+	/* UDP_GRO: a read may bring several datagrams of one sender, each `gro_seg` bytes
+	 * (the last may be shorter), which the reads that follow take one by one */
+	uint8_t *gro;        /* UDP_GRO_BUF bytes (NULL: the socket gives one at a time) */
+	uint32_t gro_len, gro_off, gro_seg;
+	struct in6_addr gro_src, gro_dst;
+	uint16_t gro_sport;
 } port = { .lock = PTHREAD_MUTEX_INITIALIZER, .watch_lock = PTHREAD_MUTEX_INITIALIZER,
 	    .fd = -1 };
 
@@ -245,6 +286,12 @@ static int port_open_locked(void)
 	(void)setsockopt(port.fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on));
 	(void)setsockopt(port.fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof(on));
 	grow_rcvbuf(port.fd);
+	/* Datagrams that came as one GSO send are read as one (a veth pair and loopback
+	 * keep them whole): the reads split them. */
+	port.gro_len = port.gro_off = 0;
+	if (!setsockopt(port.fd, IPPROTO_UDP, UDP_GRO, &on, sizeof(on)) &&
+	    !(port.gro = malloc(UDP_GRO_BUF)))
+		(void)setsockopt(port.fd, IPPROTO_UDP, UDP_GRO, &(int){ 0 }, sizeof(int));
 	sv_engine_lock();
 	atomic_store(&port.ready, true); /* (whatever came before the watch) */
 	err = sv_engine_watch_edge_locked(port.fd, woken, NULL, &port.watch);
@@ -277,6 +324,8 @@ static void port_close_locked(void)
 	rv_port_close(port.rp);
 	port.rp = NULL;
 	port.fd = -1;
+	free(port.gro);
+	port.gro = NULL;
 	if (frag)
 		close((int)(uint32_t)frag);
 }
@@ -380,7 +429,13 @@ static void forget_inherited(void)
 	port.fd = -1;
 	port.blocks = NULL;
 	port.n_qps = 0;
+	free(port.gro); /* (the child's copy) */
+	port.gro = NULL;
+	port.gro_len = port.gro_off = 0;
+	port.unparked = port.n_parked = 0;
+	atomic_store(&port.parked, false);
 	pthread_mutex_init(&port.lock, NULL);
+	pthread_mutex_init(&port.watch_lock, NULL);
 	pthread_mutex_init(&setup_lock, NULL);
 }
 
@@ -474,6 +529,8 @@ static void udp_qp_fini(struct sv_qp *qp)
 		port_close_locked();
 	pthread_mutex_unlock(&setup_lock);
 	free(uq->queue);
+	free(uq->gso[0]);
+	free(uq->gso[1]);
 	free(uq->rc);
 	free(uq);
 }
@@ -726,9 +783,117 @@ static int udp_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec
 	return send_dgram(out, n, trailer, rv_pad_len(len), grh + 8, grh + 24, &ss, ss_len);
 }
 
+/* The packets of @g one by one, each its own datagram (the route took no GSO). */
+static void gso_each(struct udp_qp *uq, struct udp_gso *g)
+{
+	for (int k = 0; k < g->n_pkts; k++) {
+		int end = k + 1 < g->n_pkts ? g->first[k + 1] : g->n_iov;
+
+		g->iov[end - 1].iov_len = g->pad[k];
+		(void)send_dgram(&g->iov[g->first[k]], end - g->first[k], g->tail[k], g->pad[k],
+				 uq->sgid, uq->dgid, &uq->to, uq->to_len);
+	}
+}
+
+/* Sends @g's packets (one sendmsg with UDP_SEGMENT), and empties it. What cannot go is
+ * lost, as a packet may be: the core sends it again. */
+static void gso_flush(struct udp_qp *uq, struct udp_gso *g)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(struct in6_pktinfo)) + CMSG_SPACE(sizeof(uint16_t))];
+		struct cmsghdr align;
+	} ctl = { 0 };
+	struct msghdr msg = { .msg_name = &uq->to, .msg_namelen = uq->to_len,
+			      .msg_iov = g->iov, .msg_iovlen = (size_t)g->n_iov };
+	struct cmsghdr *c;
+	uint16_t seg = (uint16_t)g->seg;
+
+	if (g->n_pkts == 1) {
+		gso_each(uq, g);
+		goto out;
+	}
+	from_addr(uq->sgid, uq->dgid, &msg, ctl.buf, sizeof(ctl.buf));
+	if (!msg.msg_control) {
+		msg.msg_control = ctl.buf;
+		c = CMSG_FIRSTHDR(&msg);
+	} else {
+		msg.msg_controllen = sizeof(ctl.buf);
+		c = CMSG_NXTHDR(&msg, CMSG_FIRSTHDR(&msg));
+	}
+	c->cmsg_level = IPPROTO_UDP;
+	c->cmsg_type = UDP_SEGMENT;
+	c->cmsg_len = CMSG_LEN(sizeof(seg));
+	memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+	msg.msg_controllen = (size_t)((char *)c - ctl.buf) + CMSG_SPACE(sizeof(seg));
+	for (int tries = 0; tries < 2; tries++) {
+		if (sv_app_sendmsg(port.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+			goto out;
+		if (errno != EAGAIN && errno != ENOBUFS)
+			break;
+		/* The socket's buffer is full: a moment for it to drain, once. */
+		(void)poll(&(struct pollfd){ .fd = port.fd, .events = POLLOUT }, 1, 1);
+	}
+	if (errno == EMSGSIZE || errno == EINVAL || errno == EIO || errno == ENOPROTOOPT) {
+		/* Longer than the route's MTU (fragments), or a device without checksum
+		 * offload: this QP sends a packet at a time from now on. */
+		sv_dbg("roce qp %u: no UDP segmentation offload on its route (%s)", uq->qpn,
+		       strerror(errno));
+		uq->no_gso = true;
+		gso_each(uq, g);
+	} else {
+		sv_dbg("roce qp %u: %d packets lost: %s", uq->qpn, g->n_pkts, strerror(errno));
+	}
+out:
+	g->seg = g->bytes = 0;
+	g->n_pkts = g->n_iov = 0;
+}
+
+/*
+ * Adds a packet (@hdr, @hdr_len bytes; its payload @iov, @len bytes) to @g, sending what
+ * @g held first if it does not fit; sends @g when @last (the message's last packet) or
+ * when the packet is shorter than the batch's. 0, or -ENOMEM (nothing taken).
+ */
+static int gso_add(struct udp_qp *uq, struct udp_gso *g, const uint8_t *hdr, int hdr_len,
+		   const struct iovec *iov, int n_iov, uint32_t len, bool last)
+{
+	uint8_t pad = (uint8_t)rv_pad_len(len);
+	uint32_t size = (uint32_t)hdr_len + len + pad + RV_ICRC;
+	struct rv_path path;
+	int k, at;
+
+	if (g->n_pkts && (size > g->seg || g->n_pkts == UDP_GSO_PKTS ||
+			  g->bytes + size > UDP_GSO_BYTES || g->n_iov + n_iov + 2 > UDP_GSO_IOV))
+		gso_flush(uq, g);
+	if (n_iov + 2 > UDP_GSO_IOV)
+		return -ENOMEM;
+	k = g->n_pkts;
+	at = g->n_iov;
+	memcpy(g->hdr[k], hdr, (size_t)hdr_len);
+	memset(g->tail[k], 0, sizeof(g->tail[k]));
+	g->first[k] = at;
+	g->pad[k] = pad;
+	g->iov[at++] = (struct iovec){ .iov_base = g->hdr[k], .iov_len = (size_t)hdr_len };
+	for (int i = 0; i < n_iov; i++)
+		g->iov[at++] = iov[i];
+	g->iov[at] = (struct iovec){ .iov_base = g->tail[k], .iov_len = pad };
+	path_of(&path, uq->sgid, uq->dgid, port.port);
+	path.ip_id = (uint16_t)k;
+	rv_icrc_put(g->tail[k] + pad, rv_icrc(&path, &g->iov[g->first[k]], at - g->first[k] + 1));
+	g->iov[at++].iov_len = pad + RV_ICRC;
+	g->n_iov = at;
+	g->n_pkts++;
+	g->bytes += size;
+	if (!g->seg)
+		g->seg = size;
+	if (last || size < g->seg)
+		gso_flush(uq, g);
+	return 0;
+}
+
 /*
  * An RC QP's request (sq.lock) or answer (rx_busy): one packet to the peer its path
- * names. A packet that cannot go is lost, and the core sends it again.
+ * names; the packets of a longer message are sent together (struct udp_gso). A packet
+ * that cannot go is lost, and the core sends it again.
  */
 static int roce_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iovec *iov,
 		     int n_iov)
@@ -737,24 +902,40 @@ static int roce_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iove
 	uint8_t hdr[RV_HDR_MAX], trailer[3 + RV_ICRC] = { 0 };
 	struct iovec out[SV_IOV_MAX + 2];
 	struct rv_pkt pkt = { 0 };
+	uint32_t len = h->op == SV_OP_READ_REQ ? 0 : h->len;
+	bool answer = h->op > SV_OP_REQ_MAX, whole = (h->flags & SV_F_FIRST) &&
+						       (h->flags & SV_F_LAST);
+	struct udp_gso *g;
 	int n = 1, hdr_len, err;
 
 	if (!uq || !uq->to_len || n_iov > SV_IOV_MAX)
 		return 0;
+	g = uq->gso[answer];
 	err = udp_rc_encode(uq->rc, h, &pkt);
-	if (err)
-		return err == -EAGAIN ? err : 0; /* the window is full; or nothing RC carries */
+	if (err) {
+		if (err == -EAGAIN && g && g->n_pkts)
+			gso_flush(uq, g); /* the window is full: what it took goes */
+		return err == -EAGAIN ? err : 0; /* (or nothing RC carries) */
+	}
 	pkt.pkey = (uint16_t)atomic_load_explicit(&qp->pub.pkey, memory_order_relaxed);
 	pkt.dest_qpn = qp->attr.dest_qp_num;
-	hdr_len = rv_encode(hdr, &pkt, h->op == SV_OP_READ_REQ ? 0 : h->len);
+	hdr_len = rv_encode(hdr, &pkt, len);
 	if (hdr_len < 0)
 		return 0;
+	/* A message of several packets: together, unless the route cannot. */
+	if (!uq->no_gso && (!whole || (g && g->n_pkts))) {
+		if (!g)
+			g = uq->gso[answer] = calloc(1, sizeof(*g));
+		if (g && !gso_add(uq, g, hdr, hdr_len, iov, n_iov, len,
+				  (h->flags & SV_F_LAST) != 0))
+			return 0;
+	}
 	out[0] = (struct iovec){ .iov_base = hdr, .iov_len = (size_t)hdr_len };
 	for (int i = 0; i < n_iov; i++)
 		out[n++] = iov[i];
 	n++;
-	return send_dgram(out, n, trailer, rv_pad_len(h->op == SV_OP_READ_REQ ? 0 : h->len),
-			  uq->sgid, uq->dgid, &uq->to, uq->to_len);
+	return send_dgram(out, n, trailer, rv_pad_len(len), uq->sgid, uq->dgid, &uq->to,
+			  uq->to_len);
 }
 
 static void udp_abandon(struct sv_qp *qp, uint32_t msn)
@@ -941,41 +1122,88 @@ static uint16_t from_v6(const struct sockaddr_storage *ss, struct in6_addr *a)
 	return ntohs(((const struct sockaddr_in *)ss)->sin_port);
 }
 
+/* port.lock: the next datagram of what the last read brought into port.in (its source
+ * port in *sport); false when none is left. */
+static bool next_gro(uint16_t *sport)
+{
+	struct udp_dgram *d = &port.in;
+	uint32_t n = port.gro_len - port.gro_off;
+
+	if (!port.gro || !n)
+		return false;
+	if (n > port.gro_seg)
+		n = port.gro_seg;
+	d->len = n <= sizeof(d->buf) ? n : 0; /* too long: dropped */
+	if (d->len)
+		memcpy(d->buf, port.gro + port.gro_off, n);
+	port.gro_off += n;
+	d->src = port.gro_src;
+	d->dst = port.gro_dst;
+	*sport = port.gro_sport;
+	return true;
+}
+
 /* port.lock: reads one datagram into port.in (its source port in *sport); false when
  * the socket has none. */
 static bool read_one(uint16_t *sport)
 {
 	union {
-		char buf[CMSG_SPACE(sizeof(struct in6_pktinfo))];
+		char buf[CMSG_SPACE(sizeof(struct in6_pktinfo)) +
+			 CMSG_SPACE(sizeof(struct in_pktinfo)) + CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
 	struct udp_dgram *d = &port.in;
 	struct sockaddr_storage from;
-	struct iovec iov = { .iov_base = d->buf, .iov_len = sizeof(d->buf) };
+	struct in6_addr dst = { 0 };
+	struct iovec iov = { .iov_base = port.gro ? port.gro : d->buf,
+			     .iov_len = port.gro ? UDP_GRO_BUF : sizeof(d->buf) };
 	struct msghdr msg = { .msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &iov,
 			      .msg_iovlen = 1, .msg_control = ctl.buf,
 			      .msg_controllen = sizeof(ctl.buf) };
-	ssize_t n = recvmsg(port.fd, &msg, MSG_DONTWAIT | MSG_TRUNC);
+	ssize_t n;
+	int seg = 0;
 
+	if (next_gro(sport))
+		return true;
+	n = recvmsg(port.fd, &msg, MSG_DONTWAIT | MSG_TRUNC);
 	if (n < 0)
 		return false;
-	d->len = msg.msg_flags & MSG_TRUNC ? 0 : (uint32_t)n; /* too long: dropped */
-	*sport = from_v6(&from, &d->src);
-	memset(&d->dst, 0, sizeof(d->dst));
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-		if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+		/* (an IPv4 datagram brings both: room for each, or the kernel cuts the
+		 * second short) */
+		if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(struct in6_pktinfo))) {
 			struct in6_pktinfo pi;
 
 			memcpy(&pi, CMSG_DATA(c), sizeof(pi));
-			d->dst = pi.ipi6_addr;
-		} else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+			dst = pi.ipi6_addr;
+		} else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO &&
+			   c->cmsg_len >= CMSG_LEN(sizeof(struct in_pktinfo))) {
 			struct in_pktinfo pi;
 
 			memcpy(&pi, CMSG_DATA(c), sizeof(pi));
-			d->dst.s6_addr[10] = d->dst.s6_addr[11] = 0xff;
-			memcpy(&d->dst.s6_addr[12], &pi.ipi_addr, 4);
+			memset(&dst, 0, sizeof(dst));
+			dst.s6_addr[10] = dst.s6_addr[11] = 0xff;
+			memcpy(&dst.s6_addr[12], &pi.ipi_addr, 4);
+		} else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO &&
+			   c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+			memcpy(&seg, CMSG_DATA(c), sizeof(seg));
 		}
 	}
+	*sport = from_v6(&from, &d->src);
+	d->dst = dst;
+	if (!port.gro) {
+		d->len = msg.msg_flags & MSG_TRUNC ? 0 : (uint32_t)n; /* too long: dropped */
+		return true;
+	}
+	port.gro_len = msg.msg_flags & MSG_TRUNC ? 0 : (uint32_t)n;
+	port.gro_seg = seg > 0 ? (uint32_t)seg : port.gro_len;
+	port.gro_off = 0;
+	port.gro_src = d->src;
+	port.gro_dst = dst;
+	port.gro_sport = *sport;
+	if (!next_gro(sport))
+		d->len = 0; /* (empty, or too long: dropped) */
 	return true;
 }
 
