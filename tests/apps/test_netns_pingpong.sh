@@ -45,7 +45,7 @@ CASES+=(ucx_rc_tag_lat ucx_rc_tag_bw ucx_rc_put_bw ucx_ud_tag_lat ucx_ud_tag_bw)
 # link (netem), which the transport's retransmission must make good.
 CASES+=(rc_pingpong_roce rc_pingpong_1mib_roce srq_pingpong_roce walkthrough_roce
         ib_send_lat_roce ib_write_bw_roce ib_read_lat_roce ib_read_bw_roce
-        ib_atomic_lat_roce rc_pingpong_roce_loss rc_pingpong_auto_roce)
+        ib_atomic_lat_roce rc_pingpong_roce_loss rc_pingpong_auto_roce ib_write_bw_roce_icrc)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${CASES[@]}"
   exit 0
@@ -378,6 +378,41 @@ case_rc_pingpong_roce_loss() {
   for ns in "$NS_A" "$NS_B"; do
     ip netns exec "$ns" nft delete table inet svloss 2>/dev/null
   done
+}
+
+# The packets of a message go in one sendmsg with UDP_SEGMENT, and the kernel gives each
+# segment its own IPv4 identification, which the ICRC covers: captured on B's link, every
+# packet's ICRC is right for the header it really had (what rxe or a NIC checks; a
+# softverbs receiver solves for the identification and would not notice), and some had an
+# identification other than 0 (the batches were used). A veth pair carries a GSO send
+# whole: B's end takes one segment at a time here (gso_max_segs 1), so that the kernel
+# cuts the batches before the link, as before a NIC without segmentation offload.
+case_ib_write_bw_roce_icrc() {
+  local name=ib_write_bw_roce_icrc out
+  if ! command -v tshark >/dev/null; then
+    check "$name: tshark is installed" false
+    return
+  fi
+  ip -n "$NS_B" link set dev veth0 gso_max_segs 1 ||
+    { check "$name: B's link takes one segment at a time" false; return; }
+  ns_capture_start "$NS_B" veth0 "$TMP/$name.pcapng" "$NS_A" 10.77.0.2 "udp port 4791" ||
+    { check "$name: tshark captures on B's link" false; return; }
+  export SOFTVERBS_WIRE=roce
+  xpair $name 18600 "" - ib_write_bw -x "$GA" -d softverbs0 -p 18600 -s 65536 -m 1024 -n 200 -- \
+    ib_write_bw -x "$GB" -d softverbs0 -p 18600 -s 65536 -m 1024 -n 200 10.77.0.1
+  unset SOFTVERBS_WIRE
+  statuses $name
+  ns_capture_stop || check "$name: the capture ended with every packet in it" false
+  tshark -r "$TMP/$name.pcapng" -F pcap -w "$TMP/$name.pcap" 2>/dev/null
+  out=$("$BUILD/bin/icrc_pcap" "$TMP/$name.pcap")
+  echo "  $name: $out"
+  check "$name: every RoCE packet's ICRC is right for its IP header" "$BUILD/bin/icrc_pcap" \
+    "$TMP/$name.pcap"
+  check "$name: at least 200 x 64 packets captured" \
+    test "$(echo "$out" | awk '{ print $2 }')" -ge 12800
+  check "$name: packets went as GSO segments (identification not 0)" \
+    test "$(echo "$out" | awk '{ print $4 }')" -gt 100
+  ip -n "$NS_B" link set dev veth0 gso_max_segs 65535
 }
 
 # A peer host where no softverbs answers (as a NIC's or rxe's): the client, left to choose,
