@@ -788,7 +788,17 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 	return took;
 }
 
+static void tx_locked(struct sv_qp *qp);
+
 void sv_qp_tx_locked(struct sv_qp *qp)
+{
+	tx_locked(qp);
+	/* What the wire held back to send together goes before sq.lock is dropped. */
+	if (qp->wire->tx_flush)
+		qp->wire->tx_flush(qp);
+}
+
+static void tx_locked(struct sv_qp *qp)
 {
 	enum ibv_qp_state st = qp->attr.qp_state;
 

@@ -239,6 +239,10 @@ struct sv_wire_ops {
 	/* Optional, no lock held: after the core transmitted under sq.lock, the system
 	 * calls the wire put off until the lock was dropped (waking a sleeping peer). */
 	void (*flush)(struct sv_qp *qp);
+	/* Optional, sq.lock: the end of a transmit (sv_qp_tx_locked): the packets the wire
+	 * held back to send in one system call go now (they point at WQEs' data, which
+	 * stays the application's until they complete). */
+	void (*tx_flush)(struct sv_qp *qp);
 
 	/* Moves what arrived into the core (sv_resp_deliver, sv_comp_deliver), at most a
 	 * budget's worth; takes rx_busy itself (returns 0 if another thread holds it). */

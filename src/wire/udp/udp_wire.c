@@ -922,12 +922,14 @@ static int roce_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iove
 	hdr_len = rv_encode(hdr, &pkt, len);
 	if (hdr_len < 0)
 		return 0;
-	/* A message of several packets: together, unless the route cannot. */
-	if (!uq->no_gso && (!whole || (g && g->n_pkts))) {
+	/* Together, unless the route cannot: a message's packets, and a request's with the
+	 * other requests of the transmit (sent at its end, roce_tx_flush); an answer's last
+	 * packet ends its batch (answers come from polls, which have no end to wait for). */
+	if (!uq->no_gso && (!whole || !answer || (g && g->n_pkts))) {
 		if (!g)
 			g = uq->gso[answer] = calloc(1, sizeof(*g));
 		if (g && !gso_add(uq, g, hdr, hdr_len, iov, n_iov, len,
-				  (h->flags & SV_F_LAST) != 0))
+				  answer && (h->flags & SV_F_LAST)))
 			return 0;
 	}
 	out[0] = (struct iovec){ .iov_base = hdr, .iov_len = (size_t)hdr_len };
@@ -936,6 +938,15 @@ static int roce_send(struct sv_qp *qp, const struct sv_hdr *h, const struct iove
 	n++;
 	return send_dgram(out, n, trailer, rv_pad_len(len), uq->sgid, uq->dgid, &uq->to,
 			  uq->to_len);
+}
+
+/* sq.lock: the end of a transmit: the requests held back go. */
+static void roce_tx_flush(struct sv_qp *qp)
+{
+	struct udp_qp *uq = udp_of(qp);
+
+	if (uq && uq->gso[0] && uq->gso[0]->n_pkts)
+		gso_flush(uq, uq->gso[0]);
 }
 
 static void udp_abandon(struct sv_qp *qp, uint32_t msn)
@@ -1489,6 +1500,7 @@ const struct sv_wire_ops sv_wire_roce = {
 	.reach = roce_reach,
 	.seg_max = roce_seg_max,
 	.send = roce_send,
+	.tx_flush = roce_tx_flush,
 	.abandon = udp_abandon,
 	.poll = udp_poll,
 	.arm = udp_arm,
