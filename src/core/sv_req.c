@@ -308,6 +308,7 @@ static enum tx_result tx_rdma_msgs(struct sv_qp *qp, struct sv_send_wqe *w,
 	uint32_t max = qp->attr.max_rd_atomic ? qp->attr.max_rd_atomic : 1;
 	struct sv_hdr h;
 	enum tx_result r;
+	bool acked;
 
 	if (w->opcode == IBV_WR_RDMA_READ) {
 		if (qp->rd_atomic_out >= max)
@@ -341,12 +342,15 @@ static enum tx_result tx_rdma_msgs(struct sv_qp *qp, struct sv_send_wqe *w,
 			h.flags |= SV_F_SOLICITED;
 	}
 	/* Even on UC the responder acknowledges these: a completed WRITE then means the data
-	 * is in place, as with direct placement (UC never reports the responder's errors). */
-	r = tx_message(qp, w, &h, iov, n_iov, total, true);
+	 * is in place, as with direct placement (UC never reports the responder's errors).
+	 * Not on a lossy wire, which carries the IBA's UC: no acknowledgement, and nothing
+	 * placed directly to overtake. */
+	acked = sv_qp_type_reliable(qp->ibv.qp_base.qp_type) || !sv_qp_lossy(qp);
+	r = tx_message(qp, w, &h, iov, n_iov, total, acked);
 	if (r == TX_BLOCKED)
 		return r;
 	count_msg(qp, total);
-	if (w->opcode == IBV_WR_RDMA_WRITE)
+	if (w->opcode == IBV_WR_RDMA_WRITE && acked)
 		qp->msg_writes_out++;
 	return r;
 }

@@ -182,7 +182,10 @@ static enum sv_rx rx_send(struct sv_qp *qp, const struct sv_hdr *h, const struct
 	uint64_t room;
 	int n_iov, k;
 
-	if (h->flags & SV_F_FIRST) {
+	if ((h->flags & SV_F_FIRST) && qp->rx_active && type == IBV_QPT_UC && sv_qp_lossy(qp)) {
+		/* The message before lost its end on the wire (UC drops the rest of it): the
+		 * receive it had taken, not completed, takes this one (IBA 9.7.5.1.x; rxe). */
+	} else if (h->flags & SV_F_FIRST) {
 		if (type == IBV_QPT_UD &&
 		    h->qkey != atomic_load_explicit(&qp->pub.qkey, memory_order_relaxed)) {
 			/* IBA 10.2.4: a Q_Key mismatch drops the datagram (and is counted). */

@@ -112,26 +112,22 @@ void sv_wire_qp_created(struct sv_qp *qp)
 const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp)
 {
 	const struct ibv_ah_attr *ah = &qp->attr.ah_attr;
+	const struct sv_host *host = &sv_qp_ctx(qp)->host;
+	int sgid = ah->grh.sgid_index < host->n_gids ? ah->grh.sgid_index : 0;
 
 	if (qp->wire_fixed || !connected(qp->ibv.qp_base.qp_type))
 		return qp->wire;
-	if (roce_wanted() && qp->ibv.qp_base.qp_type == IBV_QPT_RC && ah->is_global)
+	if (roce_wanted() && ah->is_global)
 		return &sv_wire_roce;
 	/* A LID names a port of this host (softverbs' LIDs are host-unique); a GID of ours,
 	 * this host; any other GID, another host. */
-	if (!ah->is_global || sv_host_find_gid(&sv_qp_ctx(qp)->host, &ah->grh.dgid) >= 0)
+	if (!ah->is_global || sv_host_find_gid(host, &ah->grh.dgid) >= 0)
 		return &sv_wire_shm;
 	/* Another host: iWARP if softverbs answers there (both ends ask, and agree), else
-	 * the RoCE v2 a NIC or Linux's rxe speaks (RC; UC has no RoCE wire yet). */
-	if (qp->ibv.qp_base.qp_type == IBV_QPT_RC) {
-		const struct sv_host *host = &sv_qp_ctx(qp)->host;
-		int i = ah->grh.sgid_index < host->n_gids ? ah->grh.sgid_index : 0;
-
-		if (!iw_conn_answers(&ah->grh.dgid, &host->gids[i].gid, PROBE_MS)) {
-			sv_dbg("qp %u: no softverbs at the peer's host: RoCE v2",
-			       qp->ibv.qp_base.qp_num);
-			return &sv_wire_roce;
-		}
+	 * the RoCE v2 a NIC or Linux's rxe speaks (RC and UC). */
+	if (!iw_conn_answers(&ah->grh.dgid, &host->gids[sgid].gid, PROBE_MS)) {
+		sv_dbg("qp %u: no softverbs at the peer's host: RoCE v2", qp->ibv.qp_base.qp_num);
+		return &sv_wire_roce;
 	}
 	return &sv_wire_iwarp;
 }

@@ -23,7 +23,7 @@ else
   BUILD=${SOFTVERBS_BUILD:-$HERE/../../build}
 fi
 
-CASES=(rc_pingpong rc_pingpong_events rc_pingpong_1mib srq_pingpong ud_pingpong
+CASES=(rc_pingpong rc_pingpong_events rc_pingpong_1mib srq_pingpong uc_pingpong ud_pingpong
        ud_pingpong_events rping_v4 rping_v6 ucmatose rdma_server cmtime walkthrough)
 PERFTEST=(ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw
           ib_atomic_lat ib_atomic_bw)
@@ -45,7 +45,8 @@ CASES+=(ucx_rc_tag_lat ucx_rc_tag_bw ucx_rc_put_bw ucx_ud_tag_lat ucx_ud_tag_bw)
 # link (netem), which the transport's retransmission must make good.
 CASES+=(rc_pingpong_roce rc_pingpong_1mib_roce srq_pingpong_roce walkthrough_roce
         ib_send_lat_roce ib_write_bw_roce ib_read_lat_roce ib_read_bw_roce
-        ib_atomic_lat_roce rc_pingpong_roce_loss rc_pingpong_auto_roce ib_write_bw_roce_icrc)
+        ib_atomic_lat_roce rc_pingpong_roce_loss rc_pingpong_auto_roce ib_write_bw_roce_icrc
+        uc_pingpong_roce ib_send_bw_UC_roce)
 if [ "${1:-}" = --list ]; then
   printf '%s\n' "${CASES[@]}"
   exit 0
@@ -178,6 +179,8 @@ case_rc_pingpong() { pp rc_pingpong 4096 1000 ibv_rc_pingpong; }
 case_rc_pingpong_events() { pp rc_pingpong_events 4096 1000 ibv_rc_pingpong -e; }
 case_rc_pingpong_1mib() { pp rc_pingpong_1mib 1048576 200 ibv_rc_pingpong; }
 case_srq_pingpong() { pp srq_pingpong 4096 1000 ibv_srq_pingpong; }
+# UC: iWARP between softverbs hosts (nothing lost), RoCE v2's UC with SOFTVERBS_WIRE=roce.
+case_uc_pingpong() { pp uc_pingpong 4096 1000 ibv_uc_pingpong; }
 # UD between hosts: the UDP wire (each datagram 2048 bytes plus its headers).
 case_ud_pingpong() { pp ud_pingpong 2048 1000 ibv_ud_pingpong; }
 case_ud_pingpong_events() { pp ud_pingpong_events 2048 1000 ibv_ud_pingpong -e; }

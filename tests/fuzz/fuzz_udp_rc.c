@@ -68,6 +68,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint32_t sent = 0; /* the last msn sent */
 	uint8_t m = take8(&in);
 
+	if (m & 0x80)
+		udp_rc_uc(rc); /* (UC: the same packets' UC forms, no answers) */
 	udp_rc_rtr(rc, take32(&in), 256u << (m % 5));
 	udp_rc_rts(rc, take32(&in));
 	while (in.n) {
@@ -104,6 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			r = udp_rc_decode(rc, &p, 7, &h);
 			CHECK(h.src_qpn == 7);
 			if (r == UDP_RC_ANSWER) {
+				CHECK(!rc->uc); /* (UC has no answers) */
 				CHECK(h.op > SV_OP_REQ_MAX);
 				CHECK(!sent || (int32_t)(h.msn - sent) <= 0);
 				if (h.op == SV_OP_READ_RESP) {
@@ -114,8 +117,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				CHECK(rc->n_reads <= UDP_RC_READS);
 			} else if (r == UDP_RC_REQUEST) {
 				CHECK(h.op < SV_OP_REQ_MAX);
-				if (p.psn == epsn)
+				if (rc->uc) { /* taken in order: a start anywhere, the rest after it */
+					CHECK(h.msn == 0 && rc->epsn == p.psn);
+					CHECK(h.op == SV_OP_SEND || h.op == SV_OP_WRITE);
+					epsn = rc->epsn;
+				} else if (p.psn == epsn) {
 					CHECK(h.msn == emsn);
+				}
 				udp_rc_arrived(rc, &p, &h);
 				if (take8(&in) % 2) { /* the responder took it */
 					udp_rc_taken(rc, &p, &h);
@@ -123,7 +131,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 						CHECK(rc->epsn == epsn && rc->emsn == emsn);
 				}
 			}
-			if (r == UDP_RC_DROP || r == UDP_RC_ANSWER)
+			/* (UC: a message's first packet, even dropped, restarts the sequence) */
+			if (r == UDP_RC_ANSWER || (r == UDP_RC_DROP && !rc->uc))
 				CHECK(rc->epsn == epsn && rc->emsn == emsn);
 		}
 	}

@@ -9,7 +9,8 @@
 #   ib_send_lat -c UD -s 2 and ib_send_bw -c UD -s 1024 (perftest, -x GID index), once
 #   each way
 #   RC over RoCE v2 (softverbs' own choice for a host without softverbs): ibv_rc_pingpong -c (64 and 4096 bytes) and
-#   ibv_srq_pingpong -c, RUNS times each way; perftest's send/write/read/atomic latency
+#   ibv_srq_pingpong -c and ibv_uc_pingpong -c (UC), RUNS times each way; perftest's
+#   send/write/read/atomic latency
 #   and send/write/read bandwidth, once each way (MTU 1024 on both sides)
 # and the same with both ends on rxe in the guest, for rxe's own figure beside ours
 # (emulated kernel code: compare within one run only).
@@ -130,6 +131,8 @@ if [ "${1:-}" = --host-side ]; then
   pp_ways rc ibv_rc_pingpong 64 -m 1024
   pp_ways rc ibv_rc_pingpong 4096 -m 1024
   pp_ways rc ibv_srq_pingpong 4096 -m 1024
+  # UC over RoCE v2 (nothing is lost on the tap: every message arrives)
+  pp_ways uc ibv_uc_pingpong 4096 -m 1024
   for p in "ib_send_lat 2" "ib_write_lat 2" "ib_read_lat 2" "ib_atomic_lat 8"; do
     perf_ways rc $p 5 -m 1024
   done

@@ -31,6 +31,11 @@ static uint32_t read_pkts(const struct udp_rc *rc, uint64_t len)
 	return len ? (uint32_t)((len + rc->mtu - 1) / rc->mtu) : 1;
 }
 
+void udp_rc_uc(struct udp_rc *rc)
+{
+	rc->uc = true;
+}
+
 void udp_rc_rtr(struct udp_rc *rc, uint32_t rq_psn, uint32_t mtu)
 {
 	rc->mtu = mtu;
@@ -117,10 +122,34 @@ static uint8_t write_opcode(const struct sv_hdr *h)
 	return RV_WRITE_MIDDLE;
 }
 
+/* UC: a packet of a SEND or WRITE, numbered, nothing waited for. */
+static int encode_uc(struct udp_rc *rc, const struct sv_hdr *h, struct rv_pkt *p)
+{
+	if (h->op == SV_OP_SEND) {
+		p->opcode = RV_UC | send_opcode(h);
+		if (h->rkey)
+			return -EINVAL; /* (Send with Invalidate: RC's and XRC's only) */
+	} else if (h->op == SV_OP_WRITE && !(h->flags & SV_F_PLACED)) {
+		p->opcode = RV_UC | write_opcode(h);
+		p->va = h->raddr;
+		p->rkey = h->rkey;
+		p->dma_len = (uint32_t)h->total;
+	} else {
+		return -EINVAL; /* UC has no other request */
+	}
+	p->psn = rc->next_psn;
+	p->imm_be = h->imm;
+	p->se = (h->flags & SV_F_SOLICITED) && (h->flags & SV_F_LAST);
+	rc->next_psn = psn_add(rc->next_psn, 1);
+	return 0;
+}
+
 static int encode_request(struct udp_rc *rc, const struct sv_hdr *h, struct rv_pkt *p)
 {
 	uint32_t npkts = 1;
 
+	if (rc->uc)
+		return encode_uc(rc, h, p);
 	switch (h->op) {
 	case SV_OP_SEND:
 		p->opcode = RV_RC | send_opcode(h);
@@ -502,6 +531,31 @@ static bool dup_msn(const struct udp_rc *rc, uint32_t psn, uint32_t *msn)
 	return r != NULL;
 }
 
+/* UC: a message's first packet starts one whatever its PSN (the one before, if unfinished,
+ * is lost); its others only in order; anything else drops the rest of its message. */
+static enum udp_rc_rx decode_uc(struct udp_rc *rc, const struct rv_pkt *p, struct sv_hdr *h)
+{
+	uint16_t f = rv_op_info[p->opcode].flags;
+
+	if (f & RV_RESPONSE)
+		return UDP_RC_DROP;
+	if (f & RV_FIRST) {
+		rc->epsn = p->psn;
+		rc->send_active = rc->wr_active = false;
+		rc->uc_dropping = false;
+	} else if (rc->uc_dropping || p->psn != rc->epsn) {
+		rc->uc_dropping = true;
+		return UDP_RC_DROP;
+	}
+	decode_request(rc, p, h, true);
+	if (h->op == SV_OP_BAD) {
+		rc->uc_dropping = !(f & RV_LAST);
+		return UDP_RC_DROP; /* (UC answers nothing: dropped, IBA C9-*) */
+	}
+	h->flags &= (uint16_t)~SV_F_ACK_REQ;
+	return UDP_RC_REQUEST; /* (msn 0: the core keeps no order of its own for UC) */
+}
+
 enum udp_rc_rx udp_rc_decode(struct udp_rc *rc, const struct rv_pkt *p, uint32_t peer_qpn,
 			     struct sv_hdr *h)
 {
@@ -511,8 +565,10 @@ enum udp_rc_rx udp_rc_decode(struct udp_rc *rc, const struct rv_pkt *p, uint32_t
 	memset(h, 0, sizeof(*h));
 	h->src_qpn = peer_qpn;
 	h->dest_qpn = p->dest_qpn;
-	if ((p->opcode & 0xe0) != RV_RC || !rc->mtu)
+	if ((p->opcode & 0xe0) != (rc->uc ? RV_UC : RV_RC) || !rc->mtu)
 		return UDP_RC_DROP;
+	if (rc->uc)
+		return decode_uc(rc, p, h);
 	if (f & RV_RESPONSE)
 		return decode_answer(rc, p, h);
 	d = psn_diff(p->psn, rc->epsn);
@@ -539,7 +595,7 @@ void udp_rc_arrived(struct udp_rc *rc, const struct rv_pkt *p, const struct sv_h
 		.npkts = h->op == SV_OP_READ_REQ ? read_pkts(rc, h->total) : 1,
 	};
 
-	if (p->psn != rc->epsn)
+	if (p->psn != rc->epsn || rc->uc)
 		return;
 	rc->hist[h->msn % UDP_RC_HIST] = r;
 	if (h->op == SV_OP_READ_REQ || h->op == SV_OP_ATOMIC) {

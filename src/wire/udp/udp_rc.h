@@ -46,6 +46,7 @@ struct udp_rc_req {
 
 struct udp_rc {
 	uint32_t mtu;                      /* the path MTU, bytes (256-4096) */
+	bool uc;                           /* an unreliable connection (udp_rc_uc) */
 	/* requester (sq.lock) */
 	uint32_t next_psn;                 /* the next new request's PSN */
 	uint32_t acked_psn;                /* the last PSN an answer acknowledged */
@@ -69,7 +70,17 @@ struct udp_rc {
 	uint64_t wr_va, wr_off;            /* ... the WRITE's RETH, bytes so far */
 	uint32_t wr_rkey, wr_len;
 	uint64_t send_off;                 /* ... the SEND's bytes so far */
+	bool uc_dropping;                  /* UC: the rest of a message lost a packet */
 };
+
+/*
+ * UC (IBA 9.7.5.1.x, as rxe does it): the same packets with UC's opcodes and no answers.
+ * The requester numbers packets and waits for nothing (no window, no A bit); the
+ * responder takes a message's first (or only) packet whatever its PSN, then its others
+ * only in order: a packet lost, and the rest of its message is dropped (the core's
+ * responder gives the receive the message had taken to the next one). Set before RTR.
+ */
+void udp_rc_uc(struct udp_rc *rc);
 
 /* The QP reached RTR (@rq_psn: the first PSN expected) or RTS (@sq_psn: the first one
  * sent); @mtu its path MTU in bytes. */

@@ -452,10 +452,10 @@ static int udp_qp_take(struct sv_qp *qp, uint32_t qpn)
 	struct udp_qp *uq;
 	struct udp_block *b = NULL;
 	int err;
+	bool rc = qp->wire == &sv_wire_roce; /* RC or UC on RoCE, else a UD QP's far wire */
+	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
 
-	bool rc = qp->wire == &sv_wire_roce;
-
-	if (qp->ibv.qp_base.qp_type != (rc ? IBV_QPT_RC : IBV_QPT_UD))
+	if (rc ? type != IBV_QPT_RC && type != IBV_QPT_UC : type != IBV_QPT_UD)
 		return -EINVAL;
 	pthread_once(&once, at_fork_setup);
 	uq = calloc(1, sizeof(*uq));
@@ -465,6 +465,8 @@ static int udp_qp_take(struct sv_qp *qp, uint32_t qpn)
 	}
 	uq->qp = qp;
 	uq->qpn = qpn;
+	if (rc && type == IBV_QPT_UC)
+		udp_rc_uc(uq->rc);
 	pthread_mutex_lock(&setup_lock);
 	err = port_open_locked();
 	if (!err) {
@@ -1241,15 +1243,16 @@ static bool accept_one(uint16_t sport)
 		break;
 	}
 	path_of(&path, d->src.s6_addr, d->dst.s6_addr, sport);
-	/* IBA Annex A17.8 / 9.6.1.1: a bad ICRC, a header the IBA drops, anything but a
-	 * UD SEND Only, or longer than the MTU: dropped. */
+	/* IBA Annex A17.8 / 9.6.1.1: a bad ICRC, a header the IBA drops, anything but an
+	 * RC or UC packet or a UD SEND Only, or longer than the MTU: dropped. */
 	if (!rv_icrc_check(&path, d->buf, d->len, &port.ids)) {
 		sv_dbg("roce: a datagram dropped: its ICRC is wrong");
 		return false;
 	}
 	if (rv_decode(d->buf, d->len, &d->pkt) || d->pkt.payload_len > UDP_PAYLOAD_MAX)
 		return false;
-	return (d->pkt.opcode & 0xe0) == RV_RC || d->pkt.opcode == (RV_UD | RV_SEND_ONLY) ||
+	return (d->pkt.opcode & 0xe0) == RV_RC || (d->pkt.opcode & 0xe0) == RV_UC ||
+	       d->pkt.opcode == (RV_UD | RV_SEND_ONLY) ||
 	       d->pkt.opcode == (RV_UD | RV_SEND_ONLY_IMM);
 }
 

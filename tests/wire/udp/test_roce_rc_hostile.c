@@ -11,7 +11,9 @@
  * ICRC, is dropped; an ACK from another address completes nothing, the peer's does; a
  * WRITE outside the MR is refused (Error, IBV_EVENT_QP_ACCESS_ERR) and writes nothing; a
  * MIDDLE with no FIRST is an invalid request (Error, IBV_EVENT_QP_REQ_ERR); 20000
- * random RC packets leave the canaries untouched.
+ * random RC packets leave the canaries untouched. A UC QP (IBA 9.7.5.1.x, as rxe): a
+ * SEND whose MIDDLE was lost is dropped whole and its receive taken by the next SEND; a
+ * MIDDLE with no FIRST is dropped, not an error; a WRITE in sequence lands.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -48,6 +50,7 @@ struct env {
 	int sock, stranger;               /* the peer's socket (127.0.0.1), another (127.0.0.2) */
 	struct sockaddr_in to, from, from2;
 	uint32_t epsn;                    /* the next PSN the QP expects of us */
+	bool uc;                          /* the QP is UC (setup_uc) */
 };
 
 static struct env E;
@@ -207,7 +210,7 @@ static int setup(void **state)
 			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 	assert_non_null(E.mr);
 	ia.send_cq = ia.recv_cq = E.cq;
-	ia.qp_type = IBV_QPT_RC;
+	ia.qp_type = E.uc ? IBV_QPT_UC : IBV_QPT_RC;
 	ia.cap.max_send_wr = ia.cap.max_recv_wr = 64;
 	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
 	E.qp = ibv_create_qp(E.pd, &ia);
@@ -217,7 +220,7 @@ static int setup(void **state)
 		skip(); /* (no ::ffff:127.0.0.1 GID: loopback without IPv4) */
 	a.qp_state = IBV_QPS_INIT;
 	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | (E.uc ? 0 : IBV_ACCESS_REMOTE_READ);
 	assert_int_equal(ibv_modify_qp(E.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 					       IBV_QP_ACCESS_FLAGS), 0);
 	a.qp_state = IBV_QPS_RTR;
@@ -233,22 +236,30 @@ static int setup(void **state)
 	assert_int_equal(ibv_query_gid(E.ctx, 1, gid, &a.ah_attr.grh.dgid), 0);
 	assert_int_equal(ibv_modify_qp(E.qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
 					       IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), 0);
+					       (E.uc ? 0 : IBV_QP_MAX_DEST_RD_ATOMIC |
+							   IBV_QP_MIN_RNR_TIMER)), 0);
 	a.qp_state = IBV_QPS_RTS;
 	a.sq_psn = SQ_PSN;
 	a.timeout = 14;
 	a.retry_cnt = 7;
 	a.rnr_retry = 7;
 	a.max_rd_atomic = 4;
-	assert_int_equal(ibv_modify_qp(E.qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-					       IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					       IBV_QP_MAX_QP_RD_ATOMIC), 0);
+	assert_int_equal(ibv_modify_qp(E.qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN |
+					       (E.uc ? 0 : IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+							   IBV_QP_RNR_RETRY |
+							   IBV_QP_MAX_QP_RD_ATOMIC)), 0);
 	E.to = forge_port();
 	E.sock = forge_socket(&E.from, "127.0.0.1");
 	E.stranger = forge_socket(&E.from2, "127.0.0.2");
 	assert_true(E.sock >= 0 && E.stranger >= 0);
 	E.epsn = RQ_PSN;
 	return 0;
+}
+
+static int setup_uc(void **state)
+{
+	E.uc = true;
+	return setup(state);
 }
 
 static int teardown(void **state)
@@ -262,6 +273,7 @@ static int teardown(void **state)
 	ibv_dealloc_pd(E.pd);
 	ibv_close_device(E.ctx);
 	free(E.mem);
+	E.uc = false;
 	return 0;
 }
 
@@ -388,6 +400,81 @@ static void test_random_packets(void **state)
 	check_canaries();
 }
 
+/* A receive of @len bytes at @off, wr_id @id. */
+static void post_recv(uint64_t id, size_t off, uint32_t len)
+{
+	struct ibv_sge sge = { (uintptr_t)E.buf + off, len, E.mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	assert_int_equal(ibv_post_recv(E.qp, &wr, &bad), 0);
+}
+
+/* The next completion (within 5 s). */
+static struct ibv_wc next_wc(void)
+{
+	uint64_t end = now_ms() + 5000;
+	struct ibv_wc wc;
+
+	while (ibv_poll_cq(E.cq, 1, &wc) != 1)
+		if (now_ms() > end)
+			fail_msg("no completion within 5 s");
+	return wc;
+}
+
+/* UC: a SEND that lost its MIDDLE is dropped whole, and the receive it had taken takes
+ * the next SEND (IBA 9.7.5.1.x; rxe does the same); a MIDDLE with no FIRST is dropped,
+ * the QP stays in RTS; the rest of a WRITE after a lost packet is not placed. */
+static void test_uc_loss_drops_the_message(void **state)
+{
+	static uint8_t b[2048], first[1024], last[100], only[50], mid[1024];
+	uint8_t reth[16];
+	struct ibv_wc wc;
+
+	(void)state;
+	memset(first, 'A', sizeof(first));
+	memset(last, 'L', sizeof(last));
+	memset(only, 'B', sizeof(only));
+	memset(mid, 'M', sizeof(mid));
+	post_recv(1, 0, 2048);
+	post_recv(2, 4096, 2048);
+	/* SEND FIRST, its MIDDLE lost, SEND LAST: nothing completes */
+	send_from(E.sock, &E.from, b, packet(b, 0x20, E.epsn, NULL, 0, first, sizeof(first)), 0);
+	send_from(E.sock, &E.from, b, packet(b, 0x22, E.epsn + 2, NULL, 0, last, sizeof(last)), 0);
+	/* a MIDDLE that belongs to nothing */
+	send_from(E.sock, &E.from, b, packet(b, 0x21, E.epsn + 7, NULL, 0, mid, sizeof(mid)), 0);
+	/* SEND ONLY: into the first receive */
+	send_from(E.sock, &E.from, b, packet(b, 0x24, E.epsn + 9, NULL, 0, only, sizeof(only)), 0);
+	wc = next_wc();
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.opcode, IBV_WC_RECV);
+	assert_int_equal(wc.wr_id, 1);
+	assert_int_equal(wc.byte_len, sizeof(only));
+	assert_memory_equal(E.buf, only, sizeof(only));
+	/* a WRITE FIRST whose LAST comes after a lost MIDDLE: its LAST is not placed */
+	forge_put32(reth, (uint32_t)(((uintptr_t)E.buf + 4096) >> 32));
+	forge_put32(reth + 4, (uint32_t)((uintptr_t)E.buf + 4096));
+	forge_put32(reth + 8, E.mr->rkey);
+	forge_put32(reth + 12, 2048 + 100);
+	send_from(E.sock, &E.from, b,
+		  packet(b, 0x26, E.epsn + 10, reth, sizeof(reth), first, sizeof(first)), 0);
+	send_from(E.sock, &E.from, b, packet(b, 0x28, E.epsn + 12, NULL, 0, last, sizeof(last)), 0);
+	/* then a WRITE ONLY in sequence, and a SEND ONLY that marks the end */
+	forge_put32(reth, (uint32_t)(((uintptr_t)E.buf + 7000) >> 32));
+	forge_put32(reth + 4, (uint32_t)((uintptr_t)E.buf + 7000));
+	forge_put32(reth + 12, sizeof(only));
+	send_from(E.sock, &E.from, b,
+		  packet(b, 0x2a, E.epsn + 13, reth, sizeof(reth), only, sizeof(only)), 0);
+	send_from(E.sock, &E.from, b, packet(b, 0x24, E.epsn + 14, NULL, 0, only, 8), 0);
+	wc = next_wc();
+	assert_int_equal(wc.status, IBV_WC_SUCCESS);
+	assert_int_equal(wc.wr_id, 2);
+	assert_int_equal(wc.byte_len, 8);
+	assert_memory_equal(E.buf + 4096 + 2048, (uint8_t[100]){ 0 }, 100); /* (not placed) */
+	assert_memory_equal(E.buf + 7000, only, sizeof(only));
+	assert_int_equal(qp_state(), IBV_QPS_RTS);
+	check_canaries();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -397,6 +484,7 @@ int main(void)
 		T(test_write_outside_the_mr),
 		T(test_middle_without_first),
 		T(test_random_packets),
+		cmocka_unit_test_setup_teardown(test_uc_loss_drops_the_message, setup_uc, teardown),
 	};
 
 	setenv("SOFTVERBS_WIRE", "roce", 1);
