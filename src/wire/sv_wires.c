@@ -115,7 +115,10 @@ const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp)
 	const struct sv_host *host = &sv_qp_ctx(qp)->host;
 	int sgid = ah->grh.sgid_index < host->n_gids ? ah->grh.sgid_index : 0;
 
-	if (qp->wire_fixed || !connected(qp->ibv.qp_base.qp_type))
+	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
+	bool xrc = type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV;
+
+	if (qp->wire_fixed || (!connected(type) && !xrc))
 		return qp->wire;
 	if (roce_wanted() && ah->is_global)
 		return &sv_wire_roce;
@@ -123,6 +126,8 @@ const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp)
 	 * this host; any other GID, another host. */
 	if (!ah->is_global || sv_host_find_gid(host, &ah->grh.dgid) >= 0)
 		return &sv_wire_shm;
+	if (xrc)
+		return &sv_wire_roce; /* (iWARP has no XRC) */
 	/* Another host: iWARP if softverbs answers there (both ends ask, and agree), else
 	 * the RoCE v2 a NIC or Linux's rxe speaks (RC and UC). */
 	if (!iw_conn_answers(&ah->grh.dgid, &host->gids[sgid].gid, PROBE_MS)) {

@@ -23,7 +23,8 @@ else
   BUILD=${SOFTVERBS_BUILD:-$HERE/../../build}
 fi
 
-CASES=(rc_pingpong rc_pingpong_events rc_pingpong_1mib srq_pingpong uc_pingpong ud_pingpong
+CASES=(rc_pingpong rc_pingpong_events rc_pingpong_1mib srq_pingpong uc_pingpong
+       xsrq_pingpong ud_pingpong
        ud_pingpong_events rping_v4 rping_v6 ucmatose rdma_server cmtime walkthrough)
 PERFTEST=(ib_send_lat ib_send_bw ib_write_lat ib_write_bw ib_read_lat ib_read_bw
           ib_atomic_lat ib_atomic_bw)
@@ -181,6 +182,21 @@ case_rc_pingpong_1mib() { pp rc_pingpong_1mib 1048576 200 ibv_rc_pingpong; }
 case_srq_pingpong() { pp srq_pingpong 4096 1000 ibv_srq_pingpong; }
 # UC: iWARP between softverbs hosts (nothing lost), RoCE v2's UC with SOFTVERBS_WIRE=roce.
 case_uc_pingpong() { pp uc_pingpong 4096 1000 ibv_uc_pingpong; }
+# XRC between hosts: RoCE v2's XRC (iWARP has none), chosen by softverbs itself.
+# ibv_xsrq_pingpong has no data check (its -c is the number of clients): both print
+# "success" once every test's messages came; 100 tests of 4096 bytes each way.
+case_xsrq_pingpong() {
+  local name=xsrq_pingpong p=18515 side u0
+  u0=$(udp_out "$NS_B")
+  xpair $name $p "" - ibv_xsrq_pingpong -p $p -g "$GA" -n 100 -m 1024 -- \
+    ibv_xsrq_pingpong -p $p -g "$GB" -n 100 -m 1024 10.77.0.1
+  statuses $name
+  for side in cli srv; do
+    check "$name ($side): success" count_lines "$TMP/$name.$side" "^success$" 1
+  done
+  check "$name: its packets went as UDP datagrams from B ($(($(udp_out "$NS_B") - u0)))" \
+    test $(($(udp_out "$NS_B") - u0)) -ge 100
+}
 # UD between hosts: the UDP wire (each datagram 2048 bytes plus its headers).
 case_ud_pingpong() { pp ud_pingpong 2048 1000 ibv_ud_pingpong; }
 case_ud_pingpong_events() { pp ud_pingpong_events 2048 1000 ibv_ud_pingpong -e; }

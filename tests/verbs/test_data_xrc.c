@@ -732,10 +732,13 @@ static void test_xrc_initiator_in_another_process(void **state)
 	tp_expect_peer_wc(&peer, true, 22, IBV_WC_SUCCESS, NULL);
 	tp_assert_pattern(e.dst + 65536, 3000, 32, 0, "RDMA WRITE from another process");
 
-	/* The initiator's process dies: the target learns within a second. */
+	/* The initiator's process dies: the target learns within a second (not on RoCE,
+	 * where nothing tells, as on a NIC: docs/conformance.md). */
 	tp_kill(&peer);
-	assert_true(tp_wait_async(res->ctx, IBV_EVENT_QP_FATAL, 1000, &ev));
-	assert_ptr_equal(ev.element.qp, e.tgt);
+	if (!tu_wire_roce()) {
+		assert_true(tp_wait_async(res->ctx, IBV_EVENT_QP_FATAL, 1000, &ev));
+		assert_ptr_equal(ev.element.qp, e.tgt);
+	}
 	(void)tp_cleanup(&peer); /* reaped by tp_kill: closes the socket */
 	env_close(&e);
 }

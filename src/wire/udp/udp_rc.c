@@ -34,6 +34,12 @@ static uint32_t read_pkts(const struct udp_rc *rc, uint64_t len)
 void udp_rc_uc(struct udp_rc *rc)
 {
 	rc->uc = true;
+	rc->cls = RV_UC;
+}
+
+void udp_rc_xrc(struct udp_rc *rc)
+{
+	rc->cls = RV_XRC;
 }
 
 void udp_rc_rtr(struct udp_rc *rc, uint32_t rq_psn, uint32_t mtu)
@@ -152,26 +158,26 @@ static int encode_request(struct udp_rc *rc, const struct sv_hdr *h, struct rv_p
 		return encode_uc(rc, h, p);
 	switch (h->op) {
 	case SV_OP_SEND:
-		p->opcode = RV_RC | send_opcode(h);
+		p->opcode = rc->cls | send_opcode(h);
 		p->inv_rkey = h->rkey;
 		break;
 	case SV_OP_WRITE:
 		if (h->flags & SV_F_PLACED)
 			return -EINVAL; /* (no direct placement on this wire) */
-		p->opcode = RV_RC | write_opcode(h);
+		p->opcode = rc->cls | write_opcode(h);
 		p->va = h->raddr;
 		p->rkey = h->rkey;
 		p->dma_len = (uint32_t)h->total;
 		break;
 	case SV_OP_READ_REQ:
-		p->opcode = RV_RC | RV_READ_REQ;
+		p->opcode = rc->cls | RV_READ_REQ;
 		p->va = h->raddr;
 		p->rkey = h->rkey;
 		p->dma_len = (uint32_t)h->total;
 		npkts = read_pkts(rc, h->total);
 		break;
 	case SV_OP_ATOMIC:
-		p->opcode = RV_RC | ((h->flags & SV_F_CMP_SWP) ? RV_CMP_SWAP : RV_FETCH_ADD);
+		p->opcode = rc->cls | ((h->flags & SV_F_CMP_SWP) ? RV_CMP_SWAP : RV_FETCH_ADD);
 		p->va = h->raddr;
 		p->rkey = h->rkey;
 		/* AtomicETH: Swap (or Add) Data, then Compare Data (IBA 9.3.3.3.2). */
@@ -195,6 +201,7 @@ static int encode_request(struct udp_rc *rc, const struct sv_hdr *h, struct rv_p
 	p->psn = rc->next_psn;
 	p->imm_be = h->imm;
 	p->se = (h->flags & SV_F_SOLICITED) && (h->flags & SV_F_LAST);
+	p->xrc_srqn = h->xrc_srqn; /* (XRC's XRCETH; no other carries it) */
 	/* The responder acknowledges a message's last packet, and every so many within a
 	 * long one (IBA 9.7.5.1: the A bit). */
 	p->ack_req = (h->flags & SV_F_LAST) || !(p->psn % UDP_RC_ACK_EVERY);
@@ -258,21 +265,21 @@ static int encode_answer(const struct udp_rc *rc, const struct sv_hdr *h, struct
 	p->syndrome = RV_AETH_ACK | RV_AETH_CREDIT_INVALID; /* no credits: unlimited */
 	switch (h->op) {
 	case SV_OP_ACK:
-		p->opcode = RV_RC | RV_ACK;
+		p->opcode = rc->cls | RV_ACK;
 		p->psn = answer_psn(rc, h->msn, true);
 		return 0;
 	case SV_OP_SEQ_NAK:
-		p->opcode = RV_RC | RV_ACK;
+		p->opcode = rc->cls | RV_ACK;
 		p->syndrome = RV_AETH_NAK | RV_NAK_PSN_SEQ;
 		p->psn = answer_psn(rc, h->msn, false);
 		return 0;
 	case SV_OP_NAK:
-		p->opcode = RV_RC | RV_ACK;
+		p->opcode = rc->cls | RV_ACK;
 		p->syndrome = RV_AETH_NAK | nak_code(h->status);
 		p->psn = answer_psn(rc, h->msn, false);
 		return 0;
 	case SV_OP_RNR:
-		p->opcode = RV_RC | RV_ACK;
+		p->opcode = rc->cls | RV_ACK;
 		p->syndrome = RV_AETH_RNR_NAK | (h->status & RV_AETH_VALUE_MASK);
 		p->psn = answer_psn(rc, h->msn, false);
 		return 0;
@@ -280,7 +287,7 @@ static int encode_answer(const struct udp_rc *rc, const struct sv_hdr *h, struct
 		r = taken_req(rc, h->msn);
 		if (!r)
 			return -EINVAL;
-		p->opcode = RV_RC | (first && last ? RV_READ_RESP_ONLY
+		p->opcode = rc->cls | (first && last ? RV_READ_RESP_ONLY
 				     : first       ? RV_READ_RESP_FIRST
 				     : last        ? RV_READ_RESP_LAST
 						   : RV_READ_RESP_MIDDLE);
@@ -290,7 +297,7 @@ static int encode_answer(const struct udp_rc *rc, const struct sv_hdr *h, struct
 		r = taken_req(rc, h->msn);
 		if (!r)
 			return -EINVAL;
-		p->opcode = RV_RC | RV_ATOMIC_ACK;
+		p->opcode = rc->cls | RV_ATOMIC_ACK;
 		p->psn = r->psn;
 		p->orig = h->value;
 		return 0;
@@ -336,6 +343,7 @@ static void decode_request(const struct udp_rc *rc, const struct rv_pkt *p, stru
 		   (p->ack_req ? SV_F_ACK_REQ : 0);
 	h->imm = p->imm_be;
 	h->len = p->payload_len;
+	h->xrc_srqn = p->xrc_srqn; /* (0 but on XRC) */
 	switch (op) {
 	case RV_READ_REQ:
 		h->op = SV_OP_READ_REQ;
@@ -565,7 +573,7 @@ enum udp_rc_rx udp_rc_decode(struct udp_rc *rc, const struct rv_pkt *p, uint32_t
 	memset(h, 0, sizeof(*h));
 	h->src_qpn = peer_qpn;
 	h->dest_qpn = p->dest_qpn;
-	if ((p->opcode & 0xe0) != (rc->uc ? RV_UC : RV_RC) || !rc->mtu)
+	if ((p->opcode & 0xe0) != rc->cls || !rc->mtu)
 		return UDP_RC_DROP;
 	if (rc->uc)
 		return decode_uc(rc, p, h);

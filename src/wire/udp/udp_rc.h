@@ -47,6 +47,7 @@ struct udp_rc_req {
 struct udp_rc {
 	uint32_t mtu;                      /* the path MTU, bytes (256-4096) */
 	bool uc;                           /* an unreliable connection (udp_rc_uc) */
+	uint8_t cls;                       /* the opcodes' transport: RV_RC, RV_UC, RV_XRC */
 	/* requester (sq.lock) */
 	uint32_t next_psn;                 /* the next new request's PSN */
 	uint32_t acked_psn;                /* the last PSN an answer acknowledged */
@@ -81,6 +82,13 @@ struct udp_rc {
  * responder gives the receive the message had taken to the next one). Set before RTR.
  */
 void udp_rc_uc(struct udp_rc *rc);
+
+/*
+ * XRC (IBA 9.7.5, chapter 14.2): RC's transport with XRC's opcodes, each request naming
+ * the target's SRQ (XRCETH: the core's xrc_srqn, both ways); the answers are XRC's too,
+ * without XRCETH. For an XRC initiator or target QP, set before RTR.
+ */
+void udp_rc_xrc(struct udp_rc *rc);
 
 /* The QP reached RTR (@rq_psn: the first PSN expected) or RTS (@sq_psn: the first one
  * sent); @mtu its path MTU in bytes. */

@@ -452,10 +452,12 @@ static int udp_qp_take(struct sv_qp *qp, uint32_t qpn)
 	struct udp_qp *uq;
 	struct udp_block *b = NULL;
 	int err;
-	bool rc = qp->wire == &sv_wire_roce; /* RC or UC on RoCE, else a UD QP's far wire */
+	bool rc = qp->wire == &sv_wire_roce; /* RC, UC, XRC on RoCE; else a UD QP's far wire */
 	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
 
-	if (rc ? type != IBV_QPT_RC && type != IBV_QPT_UC : type != IBV_QPT_UD)
+	if (rc ? type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_XRC_SEND &&
+		     type != IBV_QPT_XRC_RECV
+	       : type != IBV_QPT_UD)
 		return -EINVAL;
 	pthread_once(&once, at_fork_setup);
 	uq = calloc(1, sizeof(*uq));
@@ -467,6 +469,8 @@ static int udp_qp_take(struct sv_qp *qp, uint32_t qpn)
 	uq->qpn = qpn;
 	if (rc && type == IBV_QPT_UC)
 		udp_rc_uc(uq->rc);
+	else if (rc && (type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV))
+		udp_rc_xrc(uq->rc);
 	pthread_mutex_lock(&setup_lock);
 	err = port_open_locked();
 	if (!err) {
@@ -1244,7 +1248,7 @@ static bool accept_one(uint16_t sport)
 	}
 	path_of(&path, d->src.s6_addr, d->dst.s6_addr, sport);
 	/* IBA Annex A17.8 / 9.6.1.1: a bad ICRC, a header the IBA drops, anything but an
-	 * RC or UC packet or a UD SEND Only, or longer than the MTU: dropped. */
+	 * RC, UC or XRC packet or a UD SEND Only, or longer than the MTU: dropped. */
 	if (!rv_icrc_check(&path, d->buf, d->len, &port.ids)) {
 		sv_dbg("roce: a datagram dropped: its ICRC is wrong");
 		return false;
@@ -1252,6 +1256,7 @@ static bool accept_one(uint16_t sport)
 	if (rv_decode(d->buf, d->len, &d->pkt) || d->pkt.payload_len > UDP_PAYLOAD_MAX)
 		return false;
 	return (d->pkt.opcode & 0xe0) == RV_RC || (d->pkt.opcode & 0xe0) == RV_UC ||
+	       (d->pkt.opcode & 0xe0) == RV_XRC ||
 	       d->pkt.opcode == (RV_UD | RV_SEND_ONLY) ||
 	       d->pkt.opcode == (RV_UD | RV_SEND_ONLY_IMM);
 }
@@ -1280,6 +1285,11 @@ static int route(struct sv_qp *qp, struct udp_qp *uq, uint16_t sport)
 		if (to->rc)
 			sv_resp_flush(to->qp); /* its acknowledgement goes now */
 		sv_rx_unlock(to->qp);
+		/* An error it is to enter is its progress's (sv_qp_settle), which the
+		 * progress thread may have looked for before: it is told (an XRC target,
+		 * which no CQ's poll moves, stayed in RTS with its event never raised). */
+		if (atomic_load_explicit(&to->qp->err_event, memory_order_relaxed) != SV_ERR_NONE)
+			sv_engine_kick();
 		if (r == SV_RX_CONSUMED)
 			return 1;
 	}
