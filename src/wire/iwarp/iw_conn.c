@@ -295,6 +295,7 @@ err_close:
 
 /* The last answers of iw_conn_answers, by address (oldest replaced). */
 enum { PROBES = 16 };
+#define PROBE_AGAIN_NS 20000000ull /* a refused probe looks again after this long */
 static struct probe {
 	union ibv_gid gid;
 	uint64_t at; /* sv_now_ns; 0: empty */
@@ -327,15 +328,31 @@ bool iw_conn_answers(const union ibv_gid *gid, const union ibv_gid *sgid, int ti
 	pthread_mutex_unlock(&probes_lock);
 	if (iw_conn_gid_addr(gid, sgid, &ss, &len))
 		return false;
-	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return false;
-	if (!connect(fd, (struct sockaddr *)&ss, len))
-		yes = true;
-	else if (errno == EINPROGRESS && !wait_fd(fd, POLLOUT, deadline) &&
-		 !getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) && !soerr)
-		yes = true;
-	close(fd);
+	for (;;) {
+		bool refused;
+
+		fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return false;
+		soerr = 0;
+		if (!connect(fd, (struct sockaddr *)&ss, len))
+			yes = true;
+		else if (errno == ECONNREFUSED)
+			soerr = ECONNREFUSED;
+		else if (errno == EINPROGRESS && !wait_fd(fd, POLLOUT, deadline) &&
+			 !getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) && !soerr)
+			yes = true;
+		close(fd);
+		/* Refused: nobody listens there now. A softverbs host's port changes hands
+		 * when the process that held it leaves, and the next takes it over in a
+		 * moment (a busy machine: longer): look again, until the time is up, before
+		 * taking it for a host without softverbs, which both ends would not agree on
+		 * (one end on iWARP, the other on RoCE). */
+		refused = soerr == ECONNREFUSED;
+		if (yes || !refused || sv_now_ns() + PROBE_AGAIN_NS >= deadline)
+			break;
+		(void)poll(NULL, 0, (int)(PROBE_AGAIN_NS / 1000000));
+	}
 	pthread_mutex_lock(&probes_lock);
 	*slot = (struct probe){ .gid = *gid, .at = sv_now_ns(), .yes = yes };
 	pthread_mutex_unlock(&probes_lock);

@@ -126,7 +126,8 @@ uint16_t iw_conn_port(void);
 
 /*
  * Whether softverbs answers on the host of @gid (a TCP connection to its port completes
- * within @timeout_ms; closed at once). An answer is remembered for IW_PROBE_TTL_NS per
+ * within @timeout_ms; closed at once; refused, it is tried again every 20 ms until then,
+ * as the port may be changing hands). An answer is remembered for IW_PROBE_TTL_NS per
  * address: the host's QPs going to RTR together ask once. Blocks: no lock held.
  */
 #define IW_PROBE_TTL_NS 10000000000ull
