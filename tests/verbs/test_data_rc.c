@@ -1020,9 +1020,17 @@ static void test_busy_poller_is_not_shadowed(void **state)
 		    preempted;
 	tp_assert_pattern(x->ep.buf, 64, 77, 0, "the READs");
 	tp_pair_stop(x);
+#if defined(__SANITIZE_THREAD__)
+	preempted = n; /* (ThreadSanitizer's slowdown: the application polls too little to
+			* be judged busy, and the library rightly does the work itself) */
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+	preempted = n;
+#endif
+#endif
 	if (preempted > n / 10) {
-		printf("(the poller was preempted %ld times: the machine is busy; not judged)\n",
-		       preempted);
+		printf("(the poller was preempted %ld times, or runs under ThreadSanitizer: "
+		       "not judged)\n", preempted);
 		skip();
 	}
 	if (woken >= n / 2)
