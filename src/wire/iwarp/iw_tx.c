@@ -336,23 +336,34 @@ static int refuse_local(struct iw_qp *iq, const struct sv_hdr *h)
 	return 0;
 }
 
-/* Remembers a message's first segment (what a Terminate about it will name). */
+/*
+ * Remembers a message's first segment (what a Terminate about it will name), before it
+ * is handed to put_pub: once written, the peer may place it, leave and say goodbye naming
+ * it (bye_names) before put_pub returns, and the goodbye read then must find it (a
+ * poster preempted between the two left its peer's goodbye naming nothing: the Send
+ * ended in RETRY_EXC_ERR). A segment that did not go is remembered all the same: nobody
+ * names it; tried again, it is not remembered twice.
+ */
 static void sent(struct iw_qp *iq, const struct sv_hdr *h, const struct iw_hdr *ih)
 {
 	uint32_t head = atomic_load_explicit(&iq->sent_head, memory_order_relaxed);
-	struct iw_sent *e = &iq->sent[head % IW_SENT];
+	struct iw_sent n = { .msn = h->msn, .tagged = ih->tagged || ih->opcode == IW_OP_WRITE,
+			     .qn = (uint8_t)ih->qn };
+	const struct iw_sent *last = &iq->sent[(head - 1) % IW_SENT];
 
 	if (!(h->flags & SV_F_FIRST))
 		return;
-	*e = (struct iw_sent){ .msn = h->msn, .tagged = ih->tagged || ih->opcode == IW_OP_WRITE,
-			       .qn = (uint8_t)ih->qn };
-	if (e->tagged) {
-		e->key = ih->stag;
-		e->lo = h->raddr;
-		e->hi = h->raddr + h->total;
+	if (n.tagged) {
+		n.key = ih->stag;
+		n.lo = h->raddr;
+		n.hi = h->raddr + h->total;
 	} else {
-		e->key = ih->msn;
+		n.key = ih->msn;
 	}
+	if (head && last->msn == n.msn && last->tagged == n.tagged && last->qn == n.qn &&
+	    last->key == n.key && last->lo == n.lo && last->hi == n.hi)
+		return; /* (the same, tried again after the queue was full) */
+	iq->sent[head % IW_SENT] = n;
 	atomic_store_explicit(&iq->sent_head, head + 1, memory_order_release);
 }
 
@@ -420,10 +431,9 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		pair = ih.last && iq->ord && iq->confirm;
 		if (pair)
 			atomic_fetch_add(&iq->tx_pairing, 1);
+		sent(iq, h, &ih);
 		err = put_pub(iq, &ih, iov, n_iov, h->len, h->msn, IW_TXD_REQ, placed(iq, &ih),
 			      h->msn);
-		if (!err)
-			sent(iq, h, &ih);
 		if (!err && ih.last) {
 			iq->tx_msn[IW_QN_SEND]++;
 			atomic_store_explicit(&iq->send_hi, h->msn, memory_order_relaxed);
@@ -444,11 +454,10 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		ih.opcode = IW_OP_WRITE;
 		ih.stag = h->rkey;
 		ih.to = h->raddr + h->offset;
+		sent(iq, h, &ih);
 		err = put_pub(iq, &ih, iov, n_iov, h->len,
 			      (h->flags & SV_F_IMM) && ih.last ? 0 : h->msn, IW_TXD_REQ,
 			      placed(iq, &ih), h->msn);
-		if (!err)
-			sent(iq, h, &ih);
 		if (err || !((h->flags & SV_F_LAST) && (h->flags & SV_F_IMM)))
 			return err;
 		ih = (struct iw_hdr){ .opcode = h->flags & SV_F_SOLICITED ? IW_OP_IMM_SE : IW_OP_IMM,
@@ -482,10 +491,10 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		atomic_store_explicit(&iq->probed, iq->rdq[head % IW_RDQ].confirms,
 				      memory_order_relaxed);
 		/* Outstanding before it can go: its response may come before put returns. */
+		sent(iq, h, &ih);
 		err = put_pub(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ, &iq->rd_head, head + 1);
 		if (err)
 			return err;
-		sent(iq, h, &ih);
 		iq->tx_msn[IW_QN_READ_REQ]++;
 		return 0;
 	}
@@ -514,10 +523,10 @@ static int tx_request(struct iw_qp *iq, const struct sv_hdr *h, const struct iov
 		}
 		iq->atq[head % IW_RDQ] = (struct iw_rd){ .msn = h->msn, .size = 8,
 							 .req_id = ih.atomic_req_id };
+		sent(iq, h, &ih);
 		err = put_pub(iq, &ih, NULL, 0, 0, h->msn, IW_TXD_REQ, &iq->at_head, head + 1);
 		if (err)
 			return err;
-		sent(iq, h, &ih);
 		iq->tx_msn[IW_QN_ATOMIC_REQ]++;
 		return 0;
 	}
