@@ -794,6 +794,14 @@ static uint32_t tx_write_batch(struct sv_qp *qp)
 
 static void tx_locked(struct sv_qp *qp);
 
+/* SV_WIRE_LOSSY: the transport timer starts, if it is not running (or an RNR wait is). */
+static void timer_start(struct sv_qp *qp)
+{
+	if (sv_qp_lossy(qp) && !sv_hint(qp->ack_deadline) && !sv_hint(qp->resend_at) &&
+	    sv_qp_ack_timeout_ns(qp))
+		sv_set_hint(qp->ack_deadline, sv_now_ns() + sv_qp_ack_timeout_ns(qp));
+}
+
 void sv_qp_tx_locked(struct sv_qp *qp)
 {
 	tx_locked(qp);
@@ -844,9 +852,8 @@ static void tx_locked(struct sv_qp *qp)
 		r = tx_one(qp, w);
 		if (r == TX_GONE)
 			return;
-		if (r == TX_WAIT && sv_qp_lossy(qp) && !sv_hint(qp->ack_deadline) &&
-		    !sv_hint(qp->resend_at) && sv_qp_ack_timeout_ns(qp))
-			sv_set_hint(qp->ack_deadline, sv_now_ns() + sv_qp_ack_timeout_ns(qp));
+		if (r == TX_WAIT)
+			timer_start(qp);
 		if (r == TX_BLOCKED) {
 			/* A lossy wire with answers to come (its window, or max_rd_atomic, is
 			 * full): the next answer kicks the transmit (sv_comp_deliver), the
@@ -854,10 +861,7 @@ static void tx_locked(struct sv_qp *qp)
 			 * thread would look again and again, taking the CPU and the lock the
 			 * poster needs. */
 			if (sv_qp_lossy(qp) && (qp->tx_off || qp->sq.tail != qp->sq_next)) {
-				if (!sv_hint(qp->ack_deadline) && !sv_hint(qp->resend_at) &&
-				    sv_qp_ack_timeout_ns(qp))
-					sv_set_hint(qp->ack_deadline,
-						    sv_now_ns() + sv_qp_ack_timeout_ns(qp));
+				timer_start(qp);
 				break;
 			}
 			atomic_store(&qp->tx_blocked, true); /* seq_cst: sv_engine_blocked */

@@ -75,8 +75,8 @@ const struct sv_wire_ops *sv_wire_far_for_qp(enum ibv_qp_type type, bool *local)
  * without softverbs (a NIC's, rxe's: refused at once). */
 enum { PROBE_MS = 300 };
 
-/* SOFTVERBS_WIRE=roce: RC QPs connect over RoCE v2 whatever their peer, this host's too
- * (the rest as without it: UC stays on iWARP between hosts, until RoCE carries it). */
+/* SOFTVERBS_WIRE=roce: RC, UC and XRC QPs connect over RoCE v2 whatever their peer, this
+ * host's too (UD as without it). */
 static bool roce_wanted(void)
 {
 	const char *w = getenv("SOFTVERBS_WIRE");
@@ -114,7 +114,6 @@ const struct sv_wire_ops *sv_wire_for_peer(struct sv_qp *qp)
 	const struct ibv_ah_attr *ah = &qp->attr.ah_attr;
 	const struct sv_host *host = &sv_qp_ctx(qp)->host;
 	int sgid = ah->grh.sgid_index < host->n_gids ? ah->grh.sgid_index : 0;
-
 	enum ibv_qp_type type = qp->ibv.qp_base.qp_type;
 	bool xrc = type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV;
 

@@ -106,7 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			r = udp_rc_decode(rc, &p, 7, &h);
 			CHECK(h.src_qpn == 7);
 			if (r == UDP_RC_ANSWER) {
-				CHECK(!rc->uc); /* (UC has no answers) */
+				CHECK(rc->cls != RV_UC); /* (UC has no answers) */
 				CHECK(h.op > SV_OP_REQ_MAX);
 				CHECK(!sent || (int32_t)(h.msn - sent) <= 0);
 				if (h.op == SV_OP_READ_RESP) {
@@ -117,7 +117,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				CHECK(rc->n_reads <= UDP_RC_READS);
 			} else if (r == UDP_RC_REQUEST) {
 				CHECK(h.op < SV_OP_REQ_MAX);
-				if (rc->uc) { /* taken in order: a start anywhere, the rest after it */
+				if (rc->cls == RV_UC) { /* taken in order: a start anywhere, the rest after it */
 					CHECK(h.msn == 0 && rc->epsn == p.psn);
 					CHECK(h.op == SV_OP_SEND || h.op == SV_OP_WRITE);
 					epsn = rc->epsn;
@@ -132,7 +132,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				}
 			}
 			/* (UC: a message's first packet, even dropped, restarts the sequence) */
-			if (r == UDP_RC_ANSWER || (r == UDP_RC_DROP && !rc->uc))
+			if (r == UDP_RC_ANSWER || (r == UDP_RC_DROP && rc->cls != RV_UC))
 				CHECK(rc->epsn == epsn && rc->emsn == emsn);
 		}
 	}

@@ -340,8 +340,8 @@ static int refuse_local(struct iw_qp *iq, const struct sv_hdr *h)
  * Remembers a message's first segment (what a Terminate about it will name), before it
  * is handed to put_pub: once written, the peer may place it, leave and say goodbye naming
  * it (bye_names) before put_pub returns, and the goodbye read then must find it (a
- * poster preempted between the two left its peer's goodbye naming nothing: the Send
- * ended in RETRY_EXC_ERR). A segment that did not go is remembered all the same: nobody
+ * poster preempted between the two could leave its peer's goodbye naming nothing, and
+ * the Send would end in RETRY_EXC_ERR). A segment that did not go is remembered all the same: nobody
  * names it; tried again, it is not remembered twice.
  */
 static void sent(struct iw_qp *iq, const struct sv_hdr *h, const struct iw_hdr *ih)

@@ -33,7 +33,6 @@ static uint32_t read_pkts(const struct udp_rc *rc, uint64_t len)
 
 void udp_rc_uc(struct udp_rc *rc)
 {
-	rc->uc = true;
 	rc->cls = RV_UC;
 }
 
@@ -154,7 +153,7 @@ static int encode_request(struct udp_rc *rc, const struct sv_hdr *h, struct rv_p
 {
 	uint32_t npkts = 1;
 
-	if (rc->uc)
+	if (rc->cls == RV_UC)
 		return encode_uc(rc, h, p);
 	switch (h->op) {
 	case SV_OP_SEND:
@@ -575,7 +574,7 @@ enum udp_rc_rx udp_rc_decode(struct udp_rc *rc, const struct rv_pkt *p, uint32_t
 	h->dest_qpn = p->dest_qpn;
 	if ((p->opcode & 0xe0) != rc->cls || !rc->mtu)
 		return UDP_RC_DROP;
-	if (rc->uc)
+	if (rc->cls == RV_UC)
 		return decode_uc(rc, p, h);
 	if (f & RV_RESPONSE)
 		return decode_answer(rc, p, h);
@@ -603,7 +602,7 @@ void udp_rc_arrived(struct udp_rc *rc, const struct rv_pkt *p, const struct sv_h
 		.npkts = h->op == SV_OP_READ_REQ ? read_pkts(rc, h->total) : 1,
 	};
 
-	if (p->psn != rc->epsn || rc->uc)
+	if (p->psn != rc->epsn || rc->cls == RV_UC)
 		return;
 	rc->hist[h->msn % UDP_RC_HIST] = r;
 	if (h->op == SV_OP_READ_REQ || h->op == SV_OP_ATOMIC) {

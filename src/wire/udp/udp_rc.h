@@ -1,7 +1,7 @@
 /*
- * udp_rc: a reliable connection's packets on the RoCE v2 wire — the translation between
- * the core's messages (struct sv_hdr: msn per segment) and the IBA's packets (PSN per
- * packet, IBA 9.7), both ways, and nothing else: no socket, no RDMA semantics. The core
+ * udp_rc: a connection's packets on the RoCE v2 wire (RC; UC and XRC below) — the
+ * translation between the core's messages (struct sv_hdr: msn per segment) and the IBA's
+ * packets (PSN per packet, IBA 9.7), both ways, and nothing else: no socket, no RDMA semantics. The core
  * retransmits, times out and NAKs (SV_WIRE_LOSSY, sv_comp.c); this numbers packets and
  * names what each answer is about.
  *
@@ -46,8 +46,8 @@ struct udp_rc_req {
 
 struct udp_rc {
 	uint32_t mtu;                      /* the path MTU, bytes (256-4096) */
-	bool uc;                           /* an unreliable connection (udp_rc_uc) */
-	uint8_t cls;                       /* the opcodes' transport: RV_RC, RV_UC, RV_XRC */
+	uint8_t cls;                       /* the opcodes' transport: RV_RC (0), RV_UC
+					    * (udp_rc_uc), RV_XRC (udp_rc_xrc) */
 	/* requester (sq.lock) */
 	uint32_t next_psn;                 /* the next new request's PSN */
 	uint32_t acked_psn;                /* the last PSN an answer acknowledged */

@@ -91,9 +91,9 @@ struct udp_qp;
  * the stack as one (a veth pair or loopback carries it whole to a receiver with UDP_GRO):
  * one system call and one pass of the stack for up to 64 packets instead of one each.
  * IPv4 numbers the segments' identifications 0, 1, ... (each ICRC computed so). One for
- * requests (sq.lock) and one for answers (rx_busy), allocated at the first message of
- * several packets; a message's last packet, a shorter one, a full batch or a full window
- * sends it.
+ * requests (sq.lock) and one for answers (rx_busy), allocated at its first packet; the
+ * end of a transmit (roce_tx_flush: requests) or an answer's last packet, a shorter
+ * packet, a full batch or a full window sends it.
  */
 struct udp_gso {
 	uint32_t seg, bytes;   /* each packet's length but the last's (0: empty); the sum */
