@@ -6,7 +6,7 @@
 # addresses the peer by LID alone, which on a RoCE port, a NIC's or ours, reaches no
 # other host: its UC and UD tests have no -cm1). Each test must report a non-zero figure
 # and no error; ud_bw must lose under 1 % of what it sent (its send and receive message
-# counts, -vvs). qperf's server serves until killed (TERM, its status then 143).
+# counts, -vvs), or no more than qperf leaves in flight when its timer ends the test. qperf's server serves until killed (TERM, its status then 143).
 . "$(dirname "$0")/lib.sh" "$1"
 . "$(dirname "$0")/netns.sh"
 need qperf
@@ -24,13 +24,16 @@ figure() {
 }
 
 # loss FILE: ud_bw's receive count is at least 99 % of its send count (-e 6: the counts
-# with six significant digits).
+# with six significant digits), or short of it by no more than 2048: qperf counts a send
+# when it posts it and a receive when it polls it, and keeps up to 1024 (its NCQE) posted
+# sends and 1024 unpolled receive completions, so that many are "lost" on any device when
+# the timer stops both sides (one CI run under load sent only 156 and lost 2).
 loss() {
   local s r
   s=$(awk '$1 == "send_msgs" { print $3 * ($4 == "million" ? 1e6 : ($4 == "thousand" ? 1e3 : 1)) }' "$1")
   r=$(awk '$1 == "recv_msgs" { print $3 * ($4 == "million" ? 1e6 : ($4 == "thousand" ? 1e3 : 1)) }' "$1")
   echo "    ud_bw: sent $s, received $r messages"
-  [ -n "$s" ] && [ -n "$r" ] && awk -v s="$s" -v r="$r" 'BEGIN { exit !(s > 0 && r >= 0.99 * s) }'
+  [ -n "$s" ] && [ -n "$r" ] && awk -v s="$s" -v r="$r" 'BEGIN { exit !(s > 0 && (r >= 0.99 * s || s - r <= 2048)) }'
 }
 
 # run_tests WHERE CLIENT_PREFIX...: each of TESTS against the server already listening,
