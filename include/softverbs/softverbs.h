@@ -89,6 +89,16 @@ struct softverbs_stream {
  */
 int softverbs_qp_adopt_stream(struct ibv_qp *qp, int fd, const struct softverbs_stream *s);
 
+/*
+ * ibv_attach_mcast, with the group's members on other hosts reaching @qp through the link
+ * of interface @ifindex only (its IP multicast membership joined there; 0: none, the
+ * members on this host only). ibv_attach_mcast itself joins on every interface that is
+ * up and takes multicast (SOFTVERBS_MCAST_IFS narrows it). What rdma_join_multicast
+ * does with the interface of the id's address, as Linux's rdma_cm joins on its netdev.
+ * 0 or errno as ibv_attach_mcast.
+ */
+int softverbs_attach_mcast_on(struct ibv_qp *qp, const union ibv_gid *gid, unsigned int ifindex);
+
 #ifdef __cplusplus
 }
 #endif

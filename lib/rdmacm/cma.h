@@ -243,6 +243,8 @@ int cma_sockaddr_len(const struct sockaddr *sa);
 bool cma_addr_is_local(const struct sockaddr *sa);
 bool cma_addr_is_multicast(const struct sockaddr *sa);
 bool cma_addr_is_loopback(const struct sockaddr *sa);
+/* The index of the interface holding address @sa; 0 if none does. */
+unsigned int cma_addr_ifindex(const struct sockaddr *sa);
 /* Does binding to a loopback address tie an id to the device? Yes unless
  * SOFTVERBS_LOOPBACK=0. */
 bool cma_loopback_is_device(void);

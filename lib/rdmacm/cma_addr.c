@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,21 @@ bool cma_addr_is_local(const struct sockaddr *sa)
 		local = i->ifa_addr && same_ip(i->ifa_addr, sa);
 	freeifaddrs(ifs);
 	return local;
+}
+
+/* The index of the interface holding address @sa; 0 if none does. */
+unsigned int cma_addr_ifindex(const struct sockaddr *sa)
+{
+	struct ifaddrs *ifs, *i;
+	unsigned int idx = 0;
+
+	if (getifaddrs(&ifs))
+		return 0;
+	for (i = ifs; i && !idx; i = i->ifa_next)
+		if (i->ifa_addr && same_ip(i->ifa_addr, sa))
+			idx = if_nametoindex(i->ifa_name);
+	freeifaddrs(ifs);
+	return idx;
 }
 
 /* 127.0.0.0/8 or ::1, or no address (unbound, or the wildcard, as softverbs has always

@@ -329,7 +329,9 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 	/* A peer on this host is reached over shm, unless told to take iWARP anyway. */
 	cid->iwarp = id->qp_type != IBV_QPT_UD && cma_iwarp_forced();
 	if (cma_addr_is_multicast(dst_addr)) {
-		/* A group: joined from the source address (or loopback), nothing to resolve. */
+		/* A group: joined from the source address, nothing to resolve. Without one,
+		 * from loopback: this host's members only (no datagram leaves the host
+		 * unasked; bind to an interface's address for its link's). */
 		if (cid->state == CMA_IDLE) {
 			memset(&src, 0, sizeof(src));
 			if (src_addr) {
@@ -343,13 +345,6 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
 			}
 			err = cma_addr_is_local((struct sockaddr *)&src) ?
 				id_bind(cid, (struct sockaddr *)&src) : EADDRNOTAVAIL;
-		}
-		if (!err && !cma_addr_is_loopback(&id->route.addr.src_addr)) {
-			/* From an address that reaches other hosts, the group would too:
-			 * multicast between hosts is not part of iWARP. */
-			status = -EOPNOTSUPP;
-			sv_info("rdma_resolve_addr: multicast from an address that reaches other "
-				"hosts: softverbs' groups are on this host only (join from loopback)");
 		}
 	} else if (!cma_addr_is_local(dst_addr)) {
 		/* Another host, from the address the route gives: an iWARP connection, or

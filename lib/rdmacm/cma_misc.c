@@ -15,7 +15,8 @@
 #include <rdma/rsocket.h>
 
 /*
- * Multicast on this host: a join needs no fabric, so MULTICAST_JOIN comes at once. As
+ * Multicast: a join needs no fabric (no SA; the QP's attach joins the IP group for the
+ * other hosts, src/wire/udp), so MULTICAST_JOIN comes at once. As
  * in rdma-core, reading that event attaches the id's QP (unless send-only); the event
  * carries the address handle of the group (QPN 0xFFFFFF, Q_Key RDMA_UDP_QKEY) and the
  * join's context in param.ud.private_data. The MGID of an IPv4 group is its mapped
@@ -71,13 +72,6 @@ int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex
 		return fail(EINVAL);
 	if (!id->verbs || id->qp_type != IBV_QPT_UD || !cma_addr_is_multicast(addr))
 		return fail(EINVAL);
-	if (!cma_addr_is_loopback(&id->route.addr.src_addr)) {
-		/* A group joined from an address that reaches other hosts would span them:
-		 * not part of iWARP (UD and multicast between hosts come with RoCE v2). */
-		sv_info("rdma_join_multicast: the id's address reaches other hosts; "
-			"softverbs' groups are on this host only (join from loopback)");
-		return fail(EOPNOTSUPP);
-	}
 	mc = calloc(1, sizeof(*mc));
 	if (!mc)
 		return fail(ENOMEM);

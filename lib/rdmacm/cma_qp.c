@@ -261,15 +261,23 @@ void cma_qp_to_error(struct cma_id *id)
 		ibv_modify_qp(id->id.qp, &a, IBV_QP_STATE);
 }
 
-/* Under cma_lock, when the MULTICAST_JOIN is read: attach the id's QP. */
+/* Under cma_lock, when the MULTICAST_JOIN is read: attach the id's QP, the group joined
+ * on the link of the id's address (as Linux's rdma_cm joins it on that netdev; from
+ * loopback, the members on this host only). */
 int cma_mc_attach(struct cma_id *id, const union ibv_gid *mgid)
 {
 	for (struct cma_mc *mc = id->mcs; mc; mc = mc->next) {
+		int err;
+
 		if (memcmp(&mc->mgid, mgid, sizeof(*mgid)) || mc->sendonly || mc->attached ||
 		    !id->id.qp)
 			continue;
-		if (ibv_attach_mcast(id->id.qp, mgid, 0xc000))
-			return errno ? -errno : -EINVAL;
+		err = softverbs_attach_mcast_on(
+			id->id.qp, mgid,
+			cma_addr_is_loopback(&id->id.route.addr.src_addr) ?
+				0 : cma_addr_ifindex(&id->id.route.addr.src_addr));
+		if (err)
+			return -err;
 		mc->attached = true;
 	}
 	return 0;

@@ -7,14 +7,15 @@
 
 #include "verbs.h"
 
-/* Multicast on this host (src/core/sv_mcast.c): UD QPs and multicast GIDs only
- * (ib_attach_mcast's checks); the LID is not used (groups are named by GID). */
+/* Multicast (src/core/sv_mcast.h): UD QPs and multicast GIDs only (ib_attach_mcast's
+ * checks); the LID is not used (groups are named by GID). Members on other hosts reach
+ * the QP through every interface's link (softverbs_attach_mcast_on: one). */
 int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
 	(void)lid;
 	if (!qp || !gid)
 		return EINVAL;
-	return -sv_mcast_attach(to_svqp(qp), gid);
+	return -sv_mcast_attach(to_svqp(qp), gid, SV_MCAST_IF_ALL);
 }
 
 int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)

@@ -92,3 +92,10 @@ int softverbs_qp_adopt_stream(struct ibv_qp *qp, int fd, const struct softverbs_
 	pthread_mutex_unlock(&q->lock);
 	return err;
 }
+
+int softverbs_attach_mcast_on(struct ibv_qp *qp, const union ibv_gid *gid, unsigned int ifindex)
+{
+	if (!qp || !gid || ifindex > INT32_MAX)
+		return EINVAL;
+	return -sv_mcast_attach(to_svqp(qp), gid, (int)ifindex);
+}

@@ -16,9 +16,12 @@ enum { SV_MCAST_MEMBERS_MAX = 64 }; /* copies one multicast send fans out to */
 
 struct sv_qp;
 
+enum { SV_MCAST_IF_ALL = -1 }; /* sv_mcast_attach: the group on every interface's link */
+
 /* 0, or -EINVAL (not UD, not a multicast GID), -ENOMEM, -errno of the wire. Attaching
- * twice to one group is 0 (as rxe). */
-int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid);
+ * twice to one group is 0 (as rxe). Members on other hosts reach the QP through the
+ * links of @ifindex (an interface, SV_MCAST_IF_ALL, or 0: none, this host's only). */
+int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid, int ifindex);
 /* 0, or -EINVAL if @qp is not attached to @mgid. */
 int sv_mcast_detach(struct sv_qp *qp, const union ibv_gid *mgid);
 /* How many groups @qp is attached to. */

@@ -272,7 +272,9 @@ struct sv_qp {
 				       * members to be listed (sv_qp_tx_connect, no lock held) */
 	bool listing;                 /* a thread lists them */
 	bool mc_valid;                /* UD: a multicast WQE at sq_next is being fanned out */
-	int mc_n, mc_next;            /* to mc_qpn[0..mc_n), sent to those before mc_next */
+	int mc_n, mc_next;            /* to mc_qpn[0..mc_n), sent to those before mc_next;
+				       * mc_n itself: the datagram on the far wire */
+	bool mc_far;                  /* that datagram is being sent (tx_wire) */
 	uint32_t mc_qpn[SV_MCAST_MEMBERS_MAX];
 	uint32_t sq_next;             /* next WQE to transmit, between sq.tail and sq.head */
 	uint32_t next_msn;

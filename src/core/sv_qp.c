@@ -357,16 +357,32 @@ void sv_qp_settle(struct sv_qp *qp)
 /* ---------------------------------------------------------------------------------------- */
 /* multicast membership                                                                     */
 
-int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid)
+/* A member on this host (the QP's wire) and, where the QP has a far wire, for the
+ * group's senders on other hosts too. */
+int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid, int ifindex)
 {
+	int err;
+
 	if (qp->ibv.qp_base.qp_type != IBV_QPT_UD || !sv_gid_is_multicast(mgid))
 		return -EINVAL;
-	return qp->wire->mcast_attach ? qp->wire->mcast_attach(qp, mgid) : -EOPNOTSUPP;
+	if (!qp->wire->mcast_attach)
+		return -EOPNOTSUPP;
+	err = qp->wire->mcast_attach(qp, mgid, ifindex);
+	if (!err && qp->far && qp->far->mcast_attach) {
+		err = qp->far->mcast_attach(qp, mgid, ifindex);
+		if (err)
+			(void)qp->wire->mcast_detach(qp, mgid);
+	}
+	return err;
 }
 
 int sv_mcast_detach(struct sv_qp *qp, const union ibv_gid *mgid)
 {
-	return qp->wire->mcast_detach ? qp->wire->mcast_detach(qp, mgid) : -EINVAL;
+	int err = qp->wire->mcast_detach ? qp->wire->mcast_detach(qp, mgid) : -EINVAL;
+
+	if (!err && qp->far && qp->far->mcast_detach)
+		(void)qp->far->mcast_detach(qp, mgid);
+	return err;
 }
 
 int sv_mcast_count(struct sv_qp *qp)

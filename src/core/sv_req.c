@@ -7,6 +7,7 @@
  */
 #include <endian.h>
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/uio.h>
 
@@ -47,20 +48,29 @@ static enum ibv_wc_status wqe_iov(struct sv_qp *qp, struct sv_send_wqe *w, uint3
 	return sv_wqe_sge_iov(qp, w, need, iov, n_iov, total);
 }
 
+/* A step of what a transmit waits for, done with no lock held (sv_qp_tx_connect). */
+enum tx_step {
+	STEP_NONE, /* not wanted */
+	STEP_DONE, /* done: the transmit went on (it may want another step) */
+	STEP_BUSY, /* another thread is doing it */
+};
+
 /*
  * Lists the members of the group the multicast WQE at sq_next sends to, with no lock
  * held (the wire may read a file to find them), and keeps them for its fan-out.
  */
-static void list_members(struct sv_qp *qp)
+static enum tx_step list_members(struct sv_qp *qp)
 {
 	uint32_t qpns[SV_MCAST_MEMBERS_MAX], gen;
 	union ibv_gid mgid;
 	int n;
 
 	sv_spin_lock(&qp->sq.lock);
-	if (!qp->want_members || qp->listing || qp->sq_next == qp->sq.head) {
+	if (!qp->want_members || qp->sq_next == qp->sq.head || qp->listing) {
+		enum tx_step r = qp->listing ? STEP_BUSY : STEP_NONE;
+
 		sv_spin_unlock(&qp->sq.lock);
-		return;
+		return r;
 	}
 	qp->listing = true;
 	mgid = ((struct sv_send_wqe *)sv_wq_slot(&qp->sq, qp->sq_next))->ud.dgid;
@@ -81,22 +91,26 @@ static void list_members(struct sv_qp *qp)
 	}
 	sv_spin_unlock(&qp->sq.lock);
 	sv_qp_tx_done(qp);
+	return STEP_DONE;
 }
 
-void sv_qp_tx_connect(struct sv_qp *qp)
+/* Attaches to the QP the transmit waits to reach (a UD destination, an RC peer found
+ * late), with no lock held: it may block (shm: up to 2 s). */
+static enum tx_step attach_wanted(struct sv_qp *qp)
 {
 	uint32_t qpn;
 	void *conn = NULL;
 	int err;
 
-	list_members(qp);
 	sv_spin_lock(&qp->sq.lock);
 	qpn = qp->want_qpn;
 	/* One thread attaches at a time (the poster, or the progress thread): a second
 	 * attach to the same QP would only be undone. */
 	if (!qp->want_connect || qp->connecting) {
+		enum tx_step r = qp->connecting ? STEP_BUSY : STEP_NONE;
+
 		sv_spin_unlock(&qp->sq.lock);
-		return;
+		return r;
 	}
 	qp->connecting = true;
 	sv_spin_unlock(&qp->sq.lock);
@@ -123,6 +137,37 @@ void sv_qp_tx_connect(struct sv_qp *qp)
 	if (conn)
 		qp->wire->release(qp, conn); /* not kept, or not wanted any more */
 	/* An error found meanwhile is entered by the caller (sv_qp_settle). */
+	return STEP_DONE;
+}
+
+enum {
+	TX_CONNECT_ROUNDS = 4096, /* steps one call takes at most */
+	TX_LIST_WAITS = 1000,     /* yields while another thread lists (tens of µs) */
+};
+
+/*
+ * Does what the transmit waits for, step after step while each lets it reach the next:
+ * a stream of multicast WQEs wants one listing each, and the poster lists and sends
+ * them all before its post returns, as a NIC has sent them by then (mckey's sender
+ * posts unsignaled sends and leaves at once: WQEs left for the progress thread, one a
+ * pass, were flushed with its QPs and the receivers waited for ever). A listing by
+ * another thread is waited for (it is short); an attach by another thread is not (it
+ * may block for seconds): that thread goes on from there.
+ */
+void sv_qp_tx_connect(struct sv_qp *qp)
+{
+	int waits = 0;
+
+	for (int round = 0; round < TX_CONNECT_ROUNDS; round++) {
+		enum tx_step listed = list_members(qp);
+		enum tx_step attached = attach_wanted(qp);
+
+		if (listed == STEP_DONE || attached == STEP_DONE)
+			continue;
+		if (listed != STEP_BUSY || ++waits > TX_LIST_WAITS)
+			return;
+		sched_yield();
+	}
 }
 
 /* The GRH a UD receiver finds in front of the data (IPv6 form; IBA 8.3, RoCE v2 GIDs). */
@@ -177,10 +222,13 @@ static bool tx_unclaim(struct sv_qp *qp, uint32_t gen)
 
 /*
  * The wire a WR goes on: a UD datagram to a GID that is not one of this host's goes on
- * the QP's far wire (multicast stays on the host); everything else on the QP's wire.
+ * the QP's far wire (multicast: the copies for this host's members on the QP's wire, one
+ * datagram for the other hosts' on the far wire); everything else on the QP's wire.
  */
 static const struct sv_wire_ops *tx_wire(struct sv_qp *qp, const struct sv_send_wqe *w)
 {
+	if (qp->mc_far)
+		return qp->far; /* a multicast WQE's datagram for the other hosts (tx_mcast) */
 	if (qp->far && qp->ibv.qp_base.qp_type == IBV_QPT_UD && w->ud.is_global &&
 	    !sv_gid_is_multicast(&w->ud.dgid) &&
 	    (qp->far_local || sv_host_find_gid(&sv_qp_ctx(qp)->host, &w->ud.dgid) < 0))
@@ -285,7 +333,8 @@ static enum tx_result tx_send(struct sv_qp *qp, struct sv_send_wqe *w, bool reli
 		}
 		/* IBA 9.8.3: Q_Keys with the high bit set mean "use the sender QP's own". */
 		h.qkey = (w->ud.remote_qkey & 0x80000000u) ? qp->attr.qkey : w->ud.remote_qkey;
-		h.dest_qpn = qp->mc_valid ? qp->mc_qpn[qp->mc_next] : w->ud.remote_qpn;
+		h.dest_qpn = qp->mc_valid && !qp->mc_far ? qp->mc_qpn[qp->mc_next]
+						       : w->ud.remote_qpn;
 		ud_grh(qp, w, grh);
 		h.flags |= SV_F_GRH;
 		memmove(&iov[1], &iov[0], (size_t)n_iov * sizeof(iov[0]));
@@ -553,8 +602,10 @@ static enum tx_result ud_reach(struct sv_qp *qp, const struct sv_wire_ops *wire,
 
 /*
  * A UD send to a multicast group (QPN 0xFFFFFF, a multicast GID, IBA 10.5.2.5): one copy
- * to each QP attached to the group, the members listed once per WQE. The
- * WQE completes when every member has its copy (or could not be reached: UD loses it).
+ * to each QP of this host attached to the group, the members listed once per WQE, then,
+ * where the QP has a far wire, one datagram to the group for the other hosts' members
+ * (IP multicast: their hosts joined the group). The WQE completes when every member
+ * here has its copy (or could not be reached: UD loses it) and the datagram went.
  */
 static enum tx_result tx_mcast(struct sv_qp *qp, struct sv_send_wqe *w)
 {
@@ -582,6 +633,21 @@ static enum tx_result tx_mcast(struct sv_qp *qp, struct sv_send_wqe *w)
 			}
 			w->state = SV_WQE_POSTED; /* more copies to go */
 		}
+		qp->mc_next++;
+	}
+	if (qp->far && qp->mc_next == qp->mc_n) {
+		enum tx_result r;
+
+		qp->mc_far = true;
+		r = tx_send(qp, w, false);
+		qp->mc_far = false;
+		if (r == TX_BLOCKED)
+			return TX_BLOCKED; /* the socket's buffer is full: this datagram again */
+		if (w->status != IBV_WC_SUCCESS) {
+			qp->mc_valid = false;
+			return TX_DONE;
+		}
+		w->state = SV_WQE_POSTED;
 		qp->mc_next++;
 	}
 	qp->mc_valid = false;

@@ -274,8 +274,10 @@ struct sv_wire_ops {
 
 	/* Optional: UD multicast. Membership of group @mgid (attach twice: 0; detach what is
 	 * not attached: -EINVAL), how many groups a QP is in, and the QPNs of a group's
-	 * members (at most @max; -errno). members may block: no lock is held. */
-	int (*mcast_attach)(struct sv_qp *qp, const union ibv_gid *mgid);
+	 * members (at most @max; -errno). members may block: no lock is held. A wire
+	 * between hosts joins the group on the link of interface @ifindex (SV_MCAST_IF_ALL:
+	 * of every interface; 0: none, the members on this host only); others ignore it. */
+	int (*mcast_attach)(struct sv_qp *qp, const union ibv_gid *mgid, int ifindex);
 	int (*mcast_detach)(struct sv_qp *qp, const union ibv_gid *mgid);
 	int (*mcast_count)(struct sv_qp *qp);
 	int (*mcast_members)(struct sv_qp *qp, const union ibv_gid *mgid, uint32_t *qpns, int max);

@@ -5,8 +5,8 @@
 # peer is not an address of the client's host): rping -v (1,000 pings, IPv4 and IPv6,
 # every ping's data checked on both sides), ucmatose, rdma_server/rdma_client and
 # cmtime must exit 0 with the transcript of a clean run; so must udaddy (UD: its
-# datagrams on the UDP wire); mckey (multicast from the veth address) must fail with
-# ADDR_ERROR -95 (-EOPNOTSUPP: groups stay on one host). A capture of one rping run, taken in the server's namespace, must decode
+# datagrams on the UDP wire); so must mckey, a receiver on each host and the sender on
+# one (multicast: IP multicast datagrams, RoCE v2). A capture of one rping run, taken in the server's namespace, must decode
 # in tshark as MPA and DDP/RDMAP with every CRC good and nothing malformed.
 . "$(dirname "$0")/lib.sh" "$1"
 need rping
@@ -195,9 +195,67 @@ fi
 echo "    UDP datagrams received in A: $((u1 - u0))"
 check "udaddy: at least 100 UDP datagrams reached A" test $((u1 - u0)) -ge 100
 
-# Multicast does not reach another host: the clear error.
-timeout 20 "${NB[@]}" mckey -m 239.1.2.3 -b 10.77.0.2 -s >"$TMP/mc.cli" 2>&1
-check "mckey from the veth address: ADDR_ERROR -95" contains "$TMP/mc.cli" \
-  "RDMA_CM_EVENT_ADDR_ERROR, error: -95"
+# Multicast between hosts (RoCE v2: the group's datagrams are IP multicast to UDP 4791):
+# a receiver on each host joins GROUP from its veth address (2 ids, so 2 QPs a host),
+# then a sender in A sends 20 messages on each id. Both receivers must get every message
+# (A's from its host's shm copies, B's over the veth: at least 40 packets into B).
+# mckey_hosts NAME GROUP ADDR_A ADDR_B
+rx_packets() { # packets B's veth received (UDP's own counters count a GRO batch once)
+  ip -n "$B" -s link show "v${B}" | awk 'f { print $2; exit } /RX:/ { f = 1 }'
+}
+mckey_hosts() {
+  local name=$1 group=$2 ra rb joined=false u0 src ra_rc rb_rc n
+  local mgid
+  mgid=$(python3 -c 'import ipaddress,sys; a=ipaddress.ip_address(sys.argv[1]); print((ipaddress.IPv6Address("::ffff:"+str(a)) if a.version == 4 else a).packed.hex())' "$group")
+  u0=$(rx_packets)
+  timeout 30 "${NA[@]}" stdbuf -oL mckey -m "$group" -b "$3" -c 2 -C 20 >"$TMP/$name.ra" 2>&1 &
+  ra=$!
+  timeout 30 "${NB[@]}" stdbuf -oL mckey -m "$group" -b "$4" -c 2 -C 20 >"$TMP/$name.rb" 2>&1 &
+  rb=$!
+  # Joined: each host lists its 2 memberships (/proc/net/unix, per namespace), and B's
+  # veth has the IP group (its socket joined it there).
+  for _ in $(seq 400); do
+    n=0
+    for ns in "$A" "$B"; do
+      [ "$(ip netns exec "$ns" grep -c "@softverbs/mcast/$mgid/" /proc/net/unix)" -ge 2 ] &&
+        n=$((n + 1))
+    done
+    if [ $n -eq 2 ] && ip -n "$B" maddr show dev "v${B}" |
+      awk -v g="$group" '$2 == g { f = 1 } END { exit !f }'; then
+      joined=true
+      break
+    fi
+    kill -0 $ra 2>/dev/null && kill -0 $rb 2>/dev/null || break
+    sleep 0.05
+  done
+  check "$name: both receivers joined (2 QPs a host, the IP group on B's veth) within 20 s" $joined
+  timeout 30 "${NA[@]}" stdbuf -oL mckey -m "$group" -b "$3" -s -c 2 -C 20 >"$TMP/$name.s" 2>&1
+  src=$?
+  wait $ra
+  ra_rc=$?
+  wait $rb
+  rb_rc=$?
+  check "$name: the sender exits 0" test $src -eq 0
+  check "$name: the receiver on the sender's host exits 0" test $ra_rc -eq 0
+  check "$name: the receiver on the other host exits 0" test $rb_rc -eq 0
+  local joined_line="mckey: joined dgid: [0-9a-f:.]+ mlid 0x[0-9a-f]+ sl 0"
+  for r in ra rb; do
+    check "$name ($r): joined twice, got every message" \
+      transcript "$TMP/$name.$r" "mckey: starting server" "mckey: joining" "$joined_line" \
+      "$joined_line" "receiving data transfers" "data transfers complete" "test complete" \
+      "return status 0"
+  done
+  check "$name: the sender's transcript" \
+    transcript "$TMP/$name.s" "mckey: starting client" "mckey: joining" "$joined_line" \
+    "$joined_line" "initiating data transfers" "data transfers complete" "test complete" \
+    "return status 0"
+  echo "    $name: packets into B: $(($(rx_packets) - u0))"
+  check "$name: at least 40 packets reached B" test $(($(rx_packets) - u0)) -ge 40
+  if [ $src -ne 0 ] || [ $ra_rc -ne 0 ] || [ $rb_rc -ne 0 ]; then
+    tail -n 5 "$TMP/$name".* | sed 's/^/    /'
+  fi
+}
+mckey_hosts mckey_v4 239.1.2.3 10.77.0.1 10.77.0.2
+mckey_hosts mckey_v6 ff0e::7376:1 fd77::1 fd77::2
 
 finish

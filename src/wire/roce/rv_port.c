@@ -4,6 +4,7 @@
  * One thread at a time uses a struct rv_port (the wire's lock).
  */
 #include "wire/roce/rv_port.h"
+#include "wire/roce/rv_proto.h"
 
 #include "util/sv_log.h"
 
@@ -572,6 +573,8 @@ enum rv_port_dgram rv_port_classify(struct rv_port *p, const void *buf, size_t l
 	}
 	if (len < 8)
 		return RV_DGRAM_OURS; /* too short to say: the decoder refuses it */
+	if ((uint32_t)(b[5] << 16 | b[6] << 8 | b[7]) == RV_QPN_MCAST)
+		return RV_DGRAM_MCAST;
 	block = (uint16_t)(b[5] << 8 | b[6]);
 	for (int i = 0; i < p->n_blocks; i++)
 		if (p->blocks[i] == block)

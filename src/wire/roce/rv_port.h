@@ -76,6 +76,8 @@ enum rv_port_dgram {
 	RV_DGRAM_OURS,  /* for a block of ours */
 	RV_DGRAM_PROBE, /* a probe (one of ours, back, names our place): nothing to deliver */
 	RV_DGRAM_STRAY, /* for a block not ours: drop it, count it, rv_port_resteer */
+	RV_DGRAM_MCAST, /* for QPN 0xFFFFFF: a multicast group's (every member process gets
+			 * a copy; the kernel steers none) */
 };
 enum rv_port_dgram rv_port_classify(struct rv_port *p, const void *buf, size_t len);
 

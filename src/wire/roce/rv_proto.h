@@ -39,6 +39,7 @@ enum {
 	RV_ICRC = 4,
 	RV_HDR_MAX = RV_BTH + RV_XRCETH + RV_ATOMICETH, /* the longest header (XRC atomic) */
 	RV_PSN_MASK = 0xffffff,
+	RV_QPN_MCAST = 0xffffff, /* the destination QP of a multicast datagram (IBA 10.5.2.5) */
 };
 
 /* The transport, the opcode's top 3 bits (IBA 9.2.1 table 38). */

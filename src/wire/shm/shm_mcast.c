@@ -66,7 +66,7 @@ static void group_name(char *out, size_t len, const union ibv_gid *mgid)
 		n += (size_t)snprintf(out + n, len - n, "%02x", mgid->raw[i]);
 }
 
-int shm_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid)
+int shm_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid, int ifindex)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct membership *m;
@@ -74,6 +74,7 @@ int shm_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid)
 	socklen_t len;
 	int fd, err = 0;
 
+	(void)ifindex; /* (this host's members: no link) */
 	pthread_once(&mc_once, mc_init);
 	pthread_mutex_lock(&mc_lock);
 	for (m = mc_all; m; m = m->next) {

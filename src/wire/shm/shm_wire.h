@@ -198,7 +198,7 @@ enum ibv_wc_status shm_cma_copy(pid_t pid, const struct iovec *local, int n_loca
 bool shm_assist_on(void);
 
 /* shm_mcast.c: the ops of multicast membership (sv_wire.h) */
-int shm_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid);
+int shm_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid, int ifindex);
 int shm_mcast_detach(struct sv_qp *qp, const union ibv_gid *mgid);
 int shm_mcast_count(struct sv_qp *qp);
 int shm_mcast_members(struct sv_qp *qp, const union ibv_gid *mgid, uint32_t *qpns, int max);

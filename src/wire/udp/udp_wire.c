@@ -35,6 +35,8 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -45,6 +47,7 @@
 #include <unistd.h>
 
 #include "core/sv_engine.h"
+#include "core/sv_mcast.h"
 #include "core/sv_obj.h"
 #include "core/sv_path.h"
 #include "util/sv_log.h"
@@ -113,6 +116,22 @@ struct udp_block {
 	int n_qps;
 };
 
+/*
+ * A multicast group UD QPs of the process are attached to (port.lock): the members, and
+ * the socket's membership of the IP group (joined with the first member, left with the
+ * last), on every interface that is up and takes multicast, loopback aside.
+ */
+enum { UDP_MCAST_IFS = 16 }; /* interfaces a group is joined on, at most */
+
+struct udp_group {
+	struct udp_group *next;
+	uint8_t mgid[16];
+	struct udp_qp *qps[SV_MAX_MCAST_QP_ATTACH];
+	int n_qps;
+	unsigned int ifs[UDP_MCAST_IFS]; /* the interfaces the port's socket joined it on */
+	int n_ifs;
+};
+
 struct udp_qp {
 	struct sv_qp *qp;
 	struct udp_block *b;
@@ -158,6 +177,7 @@ static struct {
 	uint64_t resteer_at; /* when a stray may make the port look again (sv_now_ns) */
 	struct udp_block *blocks;
 	int n_qps;
+	struct udp_group *groups;
 	struct rv_icrc_ids ids;
 	struct udp_dgram in; /* the datagram being read */
 	/* UDP_GRO: a read may bring several datagrams of one sender, each `gro_seg` bytes
@@ -271,6 +291,23 @@ static void grow_rcvbuf(int fd)
 }
 
 /* setup_lock: the port, opened if it is not yet. */
+/*
+ * Multicast on a socket of the port: what it sends to a group does not come back to
+ * this host's sockets (the members here have their copies from the shm wire), and it
+ * hears only the groups it joined (not every group another socket of the host joined).
+ */
+static void mcast_options(int fd)
+{
+	int off = 0;
+
+	(void)setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &off, sizeof(off));
+	(void)setsockopt(fd, IPPROTO_IP, IP_MULTICAST_ALL, &off, sizeof(off));
+	(void)setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, &off, sizeof(off));
+#ifdef IPV6_MULTICAST_ALL
+	(void)setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_ALL, &off, sizeof(off));
+#endif
+}
+
 static int port_open_locked(void)
 {
 	int on = 1, err;
@@ -285,6 +322,7 @@ static int port_open_locked(void)
 	/* The destination address of each datagram: the GRH's destination GID. */
 	(void)setsockopt(port.fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on));
 	(void)setsockopt(port.fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof(on));
+	mcast_options(port.fd);
 	grow_rcvbuf(port.fd);
 	/* Datagrams that came as one GSO send are read as one (a veth pair and loopback
 	 * keep them whole): the reads split them. */
@@ -362,6 +400,7 @@ static uint64_t frag_socket(void)
 		close(fd);
 		return 0;
 	}
+	mcast_options(fd);
 	sport = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 					       : ((struct sockaddr_in *)&ss)->sin_port);
 	frag = (uint64_t)sport << 32 | (uint32_t)fd;
@@ -416,6 +455,183 @@ static struct udp_block *block_find_locked(uint32_t block)
 	return NULL;
 }
 
+static bool v4_mapped(const uint8_t gid[16])
+{
+	static const uint8_t prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+	return !memcmp(gid, prefix, sizeof(prefix));
+}
+
+/* --- multicast between hosts -------------------------------------------------------- */
+
+/* SOFTVERBS_MCAST_IFS: the interfaces (names, comma-separated; "none") on which a group
+ * that ibv_attach_mcast names for every link (SV_MCAST_IF_ALL) is joined; unset: all. */
+static bool mcast_if_allowed(const char *name)
+{
+	const char *list = getenv("SOFTVERBS_MCAST_IFS");
+	size_t len = strlen(name);
+
+	if (!list)
+		return true;
+	for (const char *p = list; *p;) {
+		size_t n = strcspn(p, ",");
+
+		if (n == len && !strncmp(p, name, n))
+			return true;
+		p += n + (p[n] == ',');
+	}
+	return false;
+}
+
+/*
+ * setup_lock, port.lock: the port's socket joins @g's IP group (an IPv4 group mapped, or
+ * IPv6) on the link of interface @ifindex, or of every interface (SV_MCAST_IF_ALL,
+ * SOFTVERBS_MCAST_IFS), of those that are up and take multicast (loopback does not):
+ * the port spans the host's interfaces, as its GIDs do. Each it joins on is kept in @g
+ * for the leave.
+ */
+static void group_join(struct udp_group *g, int ifindex)
+{
+	struct ifaddrs *ifs;
+	bool v4 = v4_mapped(g->mgid);
+
+	if (!ifindex || (!v4 && !rv_port_v6(port.rp)) || getifaddrs(&ifs))
+		return; /* (an IPv6 group on a host without IPv6) */
+	for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+		unsigned int idx = if_nametoindex(i->ifa_name);
+		bool seen = false;
+		int r;
+
+		if ((i->ifa_flags & (IFF_UP | IFF_MULTICAST | IFF_LOOPBACK)) !=
+			    (IFF_UP | IFF_MULTICAST) ||
+		    !idx || (ifindex > 0 ? idx != (unsigned int)ifindex : !mcast_if_allowed(i->ifa_name)))
+			continue;
+		for (int k = 0; k < g->n_ifs && !seen; k++)
+			seen = g->ifs[k] == idx;
+		if (seen || g->n_ifs == UDP_MCAST_IFS)
+			continue;
+		if (v4) {
+			struct ip_mreqn m = { .imr_ifindex = (int)idx };
+
+			memcpy(&m.imr_multiaddr, g->mgid + 12, 4);
+			r = setsockopt(port.fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof(m));
+		} else {
+			struct ipv6_mreq m = { .ipv6mr_interface = idx };
+
+			memcpy(&m.ipv6mr_multiaddr, g->mgid, 16);
+			r = setsockopt(port.fd, IPPROTO_IPV6, IPV6_JOIN_GROUP, &m, sizeof(m));
+		}
+		if (!r)
+			g->ifs[g->n_ifs++] = idx;
+		else /* (ENOBUFS: more groups than net.ipv4.igmp_max_memberships) */
+			sv_warn("roce: joining a multicast group on %s: %s", i->ifa_name,
+				strerror(errno));
+	}
+	freeifaddrs(ifs);
+}
+
+/* setup_lock, port.lock: the port's socket leaves @g's IP group wherever it joined it. */
+static void group_unjoin(struct udp_group *g)
+{
+	for (int k = 0; k < g->n_ifs; k++) {
+		if (v4_mapped(g->mgid)) {
+			struct ip_mreqn m = { .imr_ifindex = (int)g->ifs[k] };
+
+			memcpy(&m.imr_multiaddr, g->mgid + 12, 4);
+			(void)setsockopt(port.fd, IPPROTO_IP, IP_DROP_MEMBERSHIP, &m, sizeof(m));
+		} else {
+			struct ipv6_mreq m = { .ipv6mr_interface = g->ifs[k] };
+
+			memcpy(&m.ipv6mr_multiaddr, g->mgid, 16);
+			(void)setsockopt(port.fd, IPPROTO_IPV6, IPV6_LEAVE_GROUP, &m, sizeof(m));
+		}
+	}
+	g->n_ifs = 0;
+}
+
+/* port.lock: the group of @mgid, NULL if no QP of ours is attached to it. */
+static struct udp_group *group_find_locked(const uint8_t mgid[16])
+{
+	for (struct udp_group *g = port.groups; g; g = g->next)
+		if (!memcmp(g->mgid, mgid, 16))
+			return g;
+	return NULL;
+}
+
+/*
+ * The far wire's part of an attach (after the shm wire's, which lists the QP for its
+ * host's senders): the QP hears the group's datagrams from other hosts on the links of
+ * @ifindex (sv_mcast_attach), the port's socket joining the IP group there. An interface
+ * that refuses costs only its datagrams (a warning): the QP is a member on this host
+ * whatever happens. 0 or -ENOMEM.
+ */
+static int udp_mcast_attach(struct sv_qp *qp, const union ibv_gid *mgid, int ifindex)
+{
+	struct udp_qp *uq = udp_of(qp);
+	struct udp_group *g;
+	bool member = false;
+	int err = 0;
+
+	if (!uq)
+		return 0;
+	pthread_mutex_lock(&setup_lock);
+	pthread_mutex_lock(&port.lock);
+	g = group_find_locked(mgid->raw);
+	if (!g) {
+		g = calloc(1, sizeof(*g));
+		if (!g) {
+			err = -ENOMEM;
+			goto out;
+		}
+		memcpy(g->mgid, mgid->raw, 16);
+		g->next = port.groups;
+		port.groups = g;
+	}
+	for (int i = 0; i < g->n_qps; i++)
+		member = member || g->qps[i] == uq;
+	if (!member && g->n_qps < SV_MAX_MCAST_QP_ATTACH)
+		g->qps[g->n_qps++] = uq;
+	group_join(g, ifindex);
+out:
+	pthread_mutex_unlock(&port.lock);
+	pthread_mutex_unlock(&setup_lock);
+	return err;
+}
+
+/* setup_lock, port.lock: @uq leaves @g; the last member leaves the IP group. */
+static void group_leave_locked(struct udp_group *g, struct udp_qp *uq)
+{
+	struct udp_group **p = &port.groups;
+
+	for (int i = 0; i < g->n_qps; i++)
+		if (g->qps[i] == uq)
+			g->qps[i--] = g->qps[--g->n_qps];
+	if (g->n_qps)
+		return;
+	group_unjoin(g);
+	while (*p != g)
+		p = &(*p)->next;
+	*p = g->next;
+	free(g);
+}
+
+static int udp_mcast_detach(struct sv_qp *qp, const union ibv_gid *mgid)
+{
+	struct udp_qp *uq = udp_of(qp);
+	struct udp_group *g;
+
+	if (!uq)
+		return 0;
+	pthread_mutex_lock(&setup_lock);
+	pthread_mutex_lock(&port.lock);
+	g = group_find_locked(mgid->raw);
+	if (g)
+		group_leave_locked(g, uq);
+	pthread_mutex_unlock(&port.lock);
+	pthread_mutex_unlock(&setup_lock);
+	return 0;
+}
+
 /* After fork() the child must not read its parent's socket (nor steer its blocks). */
 static void forget_inherited(void)
 {
@@ -428,6 +644,7 @@ static void forget_inherited(void)
 	port.rp = NULL; /* (its memory is the parent's copy: left) */
 	port.fd = -1;
 	port.blocks = NULL;
+	port.groups = NULL; /* (the parent's memberships: its socket's, closed here) */
 	port.n_qps = 0;
 	free(port.gro); /* (the child's copy) */
 	port.gro = NULL;
@@ -516,6 +733,10 @@ static void udp_qp_fini(struct sv_qp *qp)
 	pthread_mutex_lock(&setup_lock);
 	pthread_mutex_lock(&port.lock);
 	b->qps[uq->qpn & (SV_QPN_BLOCK - 1)] = NULL; /* no datagram is routed to it now */
+	for (struct udp_group *g = port.groups, *next; g; g = next) {
+		next = g->next; /* (verbs detach first: EBUSY; this is for a QP that fails) */
+		group_leave_locked(g, uq);
+	}
 	b->n_qps--;
 	port.n_qps--;
 	if (!b->n_qps)
@@ -599,13 +820,6 @@ static uint64_t udp_seg_max(struct sv_qp *qp, const struct sv_hdr *h)
 	(void)qp;
 	(void)h;
 	return SV_UD_GRH + UDP_PAYLOAD_MAX;
-}
-
-static bool v4_mapped(const uint8_t gid[16])
-{
-	static const uint8_t prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-
-	return !memcmp(gid, prefix, sizeof(prefix));
 }
 
 /* Where a datagram to @gid goes on the port's socket: false if it cannot. */
@@ -1243,6 +1457,7 @@ static bool accept_one(uint16_t sport)
 			(void)rv_port_resteer(port.rp, true);
 		}
 		return false;
+	case RV_DGRAM_MCAST:
 	case RV_DGRAM_OURS:
 		break;
 	}
@@ -1255,14 +1470,22 @@ static bool accept_one(uint16_t sport)
 	}
 	if (rv_decode(d->buf, d->len, &d->pkt) || d->pkt.payload_len > UDP_PAYLOAD_MAX)
 		return false;
+	/* QPN 0xFFFFFF: a UD SEND Only to a multicast group (IBA 10.5.2.5), nothing else */
+	if (d->pkt.dest_qpn == RV_QPN_MCAST)
+		return sv_gid_is_multicast((const union ibv_gid *)d->dst.s6_addr) &&
+		       (d->pkt.opcode == (RV_UD | RV_SEND_ONLY) ||
+			d->pkt.opcode == (RV_UD | RV_SEND_ONLY_IMM));
 	return (d->pkt.opcode & 0xe0) == RV_RC || (d->pkt.opcode & 0xe0) == RV_UC ||
 	       (d->pkt.opcode & 0xe0) == RV_XRC ||
 	       d->pkt.opcode == (RV_UD | RV_SEND_ONLY) ||
 	       d->pkt.opcode == (RV_UD | RV_SEND_ONLY_IMM);
 }
 
-/* rx_busy and port.lock: the datagram in port.in to its QP: delivered now if it is
- * @uq's and nothing of @uq's waits before it, else queued. Returns 1 if delivered. */
+static int route_to(struct sv_qp *qp, struct udp_qp *uq, struct udp_qp *to);
+
+/* rx_busy and port.lock: the datagram in port.in to its QP (to each of the process's
+ * members of its group: a multicast datagram): delivered now if it is @uq's and nothing
+ * of @uq's waits before it, else queued. Returns how many were delivered. */
 static int route(struct sv_qp *qp, struct udp_qp *uq, uint16_t sport)
 {
 	struct udp_dgram *d = &port.in;
@@ -1271,10 +1494,26 @@ static int route(struct sv_qp *qp, struct udp_qp *uq, uint16_t sport)
 
 	if (!accept_one(sport))
 		return 0;
+	if (d->pkt.dest_qpn == RV_QPN_MCAST) {
+		struct udp_group *g = group_find_locked(d->dst.s6_addr);
+		int n = 0;
+
+		for (int i = 0; g && i < g->n_qps; i++)
+			n += route_to(qp, uq, g->qps[i]);
+		return n; /* (no member here: a group we left; lost, as on a NIC) */
+	}
 	b = block_find_locked(d->pkt.dest_qpn >> SV_QPN_BLOCK_BITS);
 	to = b ? b->qps[d->pkt.dest_qpn & (SV_QPN_BLOCK - 1)] : NULL;
 	if (!to || to->qpn != d->pkt.dest_qpn)
 		return 0; /* no such QP here (any more): lost, as on a NIC */
+	return route_to(qp, uq, to);
+}
+
+/* rx_busy and port.lock: port.in to @to (see route). */
+static int route_to(struct sv_qp *qp, struct udp_qp *uq, struct udp_qp *to)
+{
+	struct udp_dgram *d = &port.in;
+
 	if (to == uq && uq->head == uq->tail && deliver(qp, uq, d) == SV_RX_CONSUMED)
 		return 1;
 	/* Another QP: into its receive queue now, as a NIC would, when nobody holds its
@@ -1425,6 +1664,8 @@ const struct sv_wire_ops sv_wire_udp = {
 	.arm = udp_arm,
 	.disarm = udp_disarm,
 	.bad_pkeys = udp_bad_pkeys,
+	.mcast_attach = udp_mcast_attach,
+	.mcast_detach = udp_mcast_detach,
 };
 
 /* --- RC: the RoCE wire ------------------------------------------------------------------- */
