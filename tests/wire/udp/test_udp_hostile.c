@@ -5,7 +5,8 @@
  * datagram lands with its GRH, source QP and immediate, whatever its MigReq bit and pad
  * bytes (the ICRC covers them; the IBA has receivers check neither); every malformed
  * one (short, long, bad ICRC, another opcode or version, a QPN nobody has) is dropped
- * without consuming a receive; a wrong Q_Key or P_Key is dropped
+ * without consuming a receive, and so is one to a group's QPN (0xFFFFFF) not sent to a
+ * group's address; a wrong Q_Key or P_Key is dropped
  * and counted on the port; a datagram larger than the receive completes it with
  * IBV_WC_LOC_LEN_ERR; 20000 random and mutated datagrams (under a Q_Key of their own)
  * leave the canaries around the registered buffer untouched and the QP working; and a
@@ -316,6 +317,28 @@ static void test_malformed_datagrams_are_dropped(void **state)
 	expect_dropped(b, build(&d, b), "a payload over 4096 bytes");
 }
 
+/* QPN 0xFFFFFF is a multicast group's: a datagram naming it that is not sent to a group
+ * address (here to loopback), or that is not a UD SEND, reaches no QP, a member of a
+ * group or not (the attach joins no interface: SOFTVERBS_MCAST_IFS=none, set in main). */
+static void test_group_qpn_only_from_a_group_address(void **state)
+{
+	static uint8_t b[512];
+	union ibv_gid mgid = { .raw = { [10] = 0xff, [11] = 0xff, 239, 5, 6, 7 } };
+	struct dg d;
+
+	(void)state;
+	assert_int_equal(ibv_attach_mcast(E.qp, &mgid, 0), 0);
+	d = good(bad, 8);
+	d.qpn = 0xffffff;
+	expect_dropped(b, build(&d, b), "QPN 0xFFFFFF to a unicast address");
+	d.opcode = 0x04; /* RC SEND Only */
+	expect_dropped(b, build(&d, b), "an RC packet to QPN 0xFFFFFF");
+	assert_int_equal(ibv_detach_mcast(E.qp, &mgid, 0), 0);
+	d = good(bad, 8);
+	d.qpn = 0xffffff;
+	expect_dropped(b, build(&d, b), "QPN 0xFFFFFF, no member");
+}
+
 static void test_wrong_keys_are_dropped_and_counted(void **state)
 {
 	static uint8_t b[512];
@@ -540,11 +563,13 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_good_datagram_lands),
 		cmocka_unit_test(test_malformed_datagrams_are_dropped),
+		cmocka_unit_test(test_group_qpn_only_from_a_group_address),
 		cmocka_unit_test(test_wrong_keys_are_dropped_and_counted),
 		cmocka_unit_test(test_datagram_larger_than_the_receive),
 		cmocka_unit_test(test_random_and_mutated_datagrams),
 		cmocka_unit_test(test_two_qps_of_one_block),
 	};
 
+	setenv("SOFTVERBS_MCAST_IFS", "none", 1); /* no group joined on this machine's links */
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
