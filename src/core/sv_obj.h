@@ -309,6 +309,14 @@ struct sv_qp {
 				       * (a hint for the wire's poll: sv_resp_owes) */
 	bool resp_valid;              /* resp: the last atomic's answer (for a duplicate) */
 	struct sv_hdr resp;
+	/* The answers of the last SV_MAX_RD_ATOM atomics, by msn, for their duplicates
+	 * (IBA 9.4.5: a responder keeps max_dest_rd_atomic of them): a ring allocated at
+	 * the QP's first atomic (NULL: none yet, or no memory: the last one only, resp) */
+	struct sv_atomic_done {
+		uint32_t msn;
+		uint64_t value;
+	} *atomics_done;
+	uint32_t atomics_n;           /* executed since RESET: the next goes at n % its size */
 	atomic_bool rnr_held;         /* the message at the head waits for a receive */
 	_Atomic uint64_t hold_until;  /* UC, UD: ns, when a message kept for want of a
 				       * receive is dropped (0: none kept) */

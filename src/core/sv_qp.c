@@ -88,6 +88,8 @@ void sv_qp_data_fini(struct sv_qp *qp)
 	if (qp->far)
 		qp->far->qp_fini(qp);
 	qp->wire->qp_fini(qp);
+	free(qp->atomics_done);
+	qp->atomics_done = NULL;
 }
 
 void sv_qp_data_publish(struct sv_qp *qp)

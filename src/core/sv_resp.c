@@ -6,6 +6,7 @@
  * sending wire's check (reach: PARTITION), not this file's.
  */
 #include <endian.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -391,6 +392,39 @@ __attribute__((noinline)) static uint64_t sv_resp_atomic_app(uint64_t *p, bool c
 	return __atomic_fetch_add(p, compare_add, __ATOMIC_SEQ_CST);
 }
 
+/* Keeps an executed atomic's answer for its duplicates (atomics_done). */
+static void remember_atomic(struct sv_qp *qp, uint32_t msn, uint64_t value)
+{
+	if (!qp->atomics_done) {
+		qp->atomics_done = calloc(SV_MAX_RD_ATOM, sizeof(*qp->atomics_done));
+		if (!qp->atomics_done)
+			return; /* the last one only (resp) */
+	}
+	qp->atomics_done[qp->atomics_n++ % SV_MAX_RD_ATOM] =
+		(struct sv_atomic_done){ .msn = msn, .value = value };
+}
+
+/* The answer of the atomic @msn took, if it is still kept: true and *@value. */
+static bool atomic_done(const struct sv_qp *qp, uint32_t msn, uint64_t *value)
+{
+	uint32_t n = qp->atomics_n < SV_MAX_RD_ATOM ? qp->atomics_n : SV_MAX_RD_ATOM;
+
+	if (qp->resp_valid && qp->resp.msn == msn) {
+		*value = qp->resp.value;
+		return true;
+	}
+	for (uint32_t i = 0; qp->atomics_done && i < n; i++) {
+		const struct sv_atomic_done *d = &qp->atomics_done[(qp->atomics_n - 1 - i) %
+								   SV_MAX_RD_ATOM];
+
+		if (d->msn == msn) {
+			*value = d->value;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* Executes an atomic on our memory for the requester (IBA 9.4.5, IBV_ATOMIC_HCA). */
 static enum sv_rx rx_atomic(struct sv_qp *qp, const struct sv_hdr *h)
 {
@@ -427,6 +461,7 @@ static enum sv_rx rx_atomic(struct sv_qp *qp, const struct sv_hdr *h)
 	qp->resp.value = sv_resp_atomic_app((uint64_t *)(uintptr_t)va, h->flags & SV_F_CMP_SWP,
 					    h->compare_add, h->swap);
 	qp->resp_valid = true;
+	remember_atomic(qp, h->msn, qp->resp.value);
 	qp->resp_pending = qp->wire->send(qp, &qp->resp, NULL, 0) != 0;
 	count_rx(qp, h, 8);
 	qp->ack_due = h->msn;
@@ -534,9 +569,12 @@ static enum sv_rx out_of_sequence(struct sv_qp *qp, const struct sv_hdr *h)
 	bool lossy = sv_qp_lossy(qp);
 
 	if (sv_msn_le(h->msn, qp->rx_msn)) {
-		if (h->op == SV_OP_ATOMIC && qp->resp_valid && qp->resp.msn == h->msn)
-			return qp->wire->send(qp, &qp->resp, NULL, 0) && !lossy ? SV_RX_HOLD
-										: SV_RX_CONSUMED;
+		struct sv_hdr again = { .op = SV_OP_ATOMIC_RESP, .flags = SV_F_FIRST | SV_F_LAST,
+					.msn = h->msn, .src_qpn = qp->ibv.qp_base.qp_num };
+
+		if (h->op == SV_OP_ATOMIC && atomic_done(qp, h->msn, &again.value))
+			return qp->wire->send(qp, &again, NULL, 0) && !lossy ? SV_RX_HOLD
+									     : SV_RX_CONSUMED;
 		if (lossy && h->op == SV_OP_READ_REQ)
 			return dup_read(qp, h);
 		if (qp->rx_msn)
@@ -655,6 +693,7 @@ void sv_resp_reset(struct sv_qp *qp)
 	qp->resp_pending = false;
 	sv_set_hint(qp->resp_owed, false);
 	qp->resp_valid = false;
+	qp->atomics_n = 0;
 	qp->rx_msn = 0;
 	qp->acc_hi = 0;
 }

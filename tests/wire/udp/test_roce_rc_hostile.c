@@ -13,7 +13,10 @@
  * MIDDLE with no FIRST is an invalid request (Error, IBV_EVENT_QP_REQ_ERR); 20000
  * random RC packets leave the canaries untouched. A UC QP (IBA 9.7.5.1.x, as rxe): a
  * SEND whose MIDDLE was lost is dropped whole and its receive taken by the next SEND; a
- * MIDDLE with no FIRST is dropped, not an error; a WRITE in sequence lands.
+ * MIDDLE with no FIRST is dropped, not an error; a WRITE in sequence lands. With the
+ * peer's socket on the RoCE port of 127.0.0.3 (the QP's answers come to it): duplicate
+ * atomics are answered with the values they returned, from the cache of results, and
+ * not executed again.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -51,6 +54,8 @@ struct env {
 	struct sockaddr_in to, from, from2;
 	uint32_t epsn;                    /* the next PSN the QP expects of us */
 	bool uc;                          /* the QP is UC (setup_uc) */
+	bool answers;                     /* the peer is 127.0.0.3, its socket on the RoCE port
+					   * there: it gets the QP's answers (setup_answers) */
 };
 
 static struct env E;
@@ -171,6 +176,68 @@ static void expect_error(enum ibv_event_type event)
 	ibv_ack_async_event(&ev);
 }
 
+/* The peer's socket for setup_answers: 127.0.0.3 on the RoCE v2 port (beside the
+ * process's own socket there, [::]:port: both SO_REUSEPORT, one user), so that what the
+ * QP sends to its path's peer comes here; don't-fragment, as forge_socket. */
+static int answers_socket(struct sockaddr_in *from)
+{
+	int on = 1, dont = IP_PMTUDISC_DO, s = socket(AF_INET, SOCK_DGRAM, 0);
+
+	*from = forge_port();
+	from->sin_addr.s_addr = htonl(0x7f000003);
+	if (s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on)) ||
+	    setsockopt(s, IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof(dont)) ||
+	    bind(s, (struct sockaddr *)from, sizeof(*from))) {
+		if (s >= 0)
+			close(s);
+		return -1;
+	}
+	return s;
+}
+
+/* The next packet of @opcode with PSN @psn the QP sends the peer (setup_answers), within
+ * 5 s; others are passed over. Its length, or 0. */
+static size_t answer_of(uint8_t opcode, uint32_t psn, uint8_t *b, size_t cap)
+{
+	uint64_t end = now_ms() + 5000;
+	struct ibv_wc wc;
+
+	while (now_ms() < end) {
+		ssize_t n;
+
+		(void)ibv_poll_cq(E.cq, 1, &wc); /* (moves the QP) */
+		if (poll(&(struct pollfd){ .fd = E.sock, .events = POLLIN }, 1, 1) != 1)
+			continue;
+		n = recv(E.sock, b, cap, 0);
+		if (n >= 12 && b[0] == opcode &&
+		    ((uint32_t)b[9] << 16 | (uint32_t)b[10] << 8 | b[11]) == (psn & 0xffffff))
+			return (size_t)n;
+	}
+	return 0;
+}
+
+/* A FETCH_ADD of @add at @va, PSN @psn; returns the original value its ATOMIC
+ * ACKNOWLEDGE carries (failing the test if none comes). */
+static uint64_t fetch_add(uint32_t psn, uint64_t va, uint64_t add)
+{
+	static uint8_t b[256];
+	uint8_t aeth[28] = { 0 };
+	size_t n;
+
+	forge_put32(aeth, (uint32_t)(va >> 32));
+	forge_put32(aeth + 4, (uint32_t)va);
+	forge_put32(aeth + 8, E.mr->rkey);
+	forge_put32(aeth + 12, (uint32_t)(add >> 32));
+	forge_put32(aeth + 16, (uint32_t)add);
+	send_from(E.sock, &E.from, b, packet(b, 0x14, psn, aeth, sizeof(aeth), NULL, 0), 0);
+	n = answer_of(0x12, psn, b, sizeof(b)); /* RC ATOMIC ACKNOWLEDGE: BTH, AETH, orig */
+	if (n < 12 + 4 + 8 + 4)
+		fail_msg("no ATOMIC ACKNOWLEDGE for PSN %u within 5 s", psn);
+	return (uint64_t)b[16] << 56 | (uint64_t)b[17] << 48 | (uint64_t)b[18] << 40 |
+	       (uint64_t)b[19] << 32 | (uint64_t)b[20] << 24 | (uint64_t)b[21] << 16 |
+	       (uint64_t)b[22] << 8 | b[23];
+}
+
 static int gid_index_of_loopback(void)
 {
 	static const uint8_t lo[16] = { [10] = 0xff, [11] = 0xff, 127, 0, 0, 1 };
@@ -207,7 +274,8 @@ static int setup(void **state)
 	E.buf = E.mem + PAGE;
 	memset(E.buf, 0, 2 * PAGE);
 	E.mr = ibv_reg_mr(E.pd, E.buf, 2 * PAGE,
-			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				  IBV_ACCESS_REMOTE_ATOMIC);
 	assert_non_null(E.mr);
 	ia.send_cq = ia.recv_cq = E.cq;
 	ia.qp_type = E.uc ? IBV_QPT_UC : IBV_QPT_RC;
@@ -220,7 +288,8 @@ static int setup(void **state)
 		skip(); /* (no ::ffff:127.0.0.1 GID: loopback without IPv4) */
 	a.qp_state = IBV_QPS_INIT;
 	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | (E.uc ? 0 : IBV_ACCESS_REMOTE_READ);
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
+			    (E.uc ? 0 : IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
 	assert_int_equal(ibv_modify_qp(E.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 					       IBV_QP_ACCESS_FLAGS), 0);
 	a.qp_state = IBV_QPS_RTR;
@@ -234,6 +303,8 @@ static int setup(void **state)
 	a.ah_attr.grh.sgid_index = (uint8_t)gid;
 	a.ah_attr.grh.hop_limit = 64;
 	assert_int_equal(ibv_query_gid(E.ctx, 1, gid, &a.ah_attr.grh.dgid), 0);
+	if (E.answers)
+		a.ah_attr.grh.dgid.raw[15] = 3; /* ::ffff:127.0.0.3 */
 	assert_int_equal(ibv_modify_qp(E.qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
 					       IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
 					       (E.uc ? 0 : IBV_QP_MAX_DEST_RD_ATOMIC |
@@ -249,7 +320,7 @@ static int setup(void **state)
 							   IBV_QP_RNR_RETRY |
 							   IBV_QP_MAX_QP_RD_ATOMIC)), 0);
 	E.to = forge_port();
-	E.sock = forge_socket(&E.from, "127.0.0.1");
+	E.sock = E.answers ? answers_socket(&E.from) : forge_socket(&E.from, "127.0.0.1");
 	E.stranger = forge_socket(&E.from2, "127.0.0.2");
 	assert_true(E.sock >= 0 && E.stranger >= 0);
 	E.epsn = RQ_PSN;
@@ -259,6 +330,12 @@ static int setup(void **state)
 static int setup_uc(void **state)
 {
 	E.uc = true;
+	return setup(state);
+}
+
+static int setup_answers(void **state)
+{
+	E.answers = true;
 	return setup(state);
 }
 
@@ -274,6 +351,7 @@ static int teardown(void **state)
 	ibv_close_device(E.ctx);
 	free(E.mem);
 	E.uc = false;
+	E.answers = false;
 	return 0;
 }
 
@@ -424,6 +502,30 @@ static struct ibv_wc next_wc(void)
 /* UC: a SEND that lost its MIDDLE is dropped whole, and the receive it had taken takes
  * the next SEND (IBA 9.7.5.1.x; rxe does the same); a MIDDLE with no FIRST is dropped,
  * the QP stays in RTS; the rest of a WRITE after a lost packet is not placed. */
+/* Three FETCH_ADDs, then the first two again (their responses lost, as the requester
+ * would think): each duplicate is answered with the value it returned the first time,
+ * from the responder's cache of results (IBA 9.4.5: max_dest_rd_atomic of them), and
+ * not executed again. */
+static void test_duplicate_atomics_answered_from_the_cache(void **state)
+{
+	uint64_t va = (uintptr_t)E.buf + 256, *word = (uint64_t *)(E.buf + 256);
+	uint32_t p = E.epsn;
+
+	(void)state;
+	assert_int_equal(fetch_add(p, va, 1), 0);
+	assert_int_equal(fetch_add(p + 1, va, 10), 1);
+	assert_int_equal(fetch_add(p + 2, va, 100), 11);
+	assert_int_equal(*word, 111);
+	E.epsn = p + 3;
+	assert_int_equal(fetch_add(p, va, 1), 0);
+	assert_int_equal(fetch_add(p + 1, va, 10), 1);
+	assert_int_equal(fetch_add(p + 2, va, 100), 11);
+	barrier(1024);
+	assert_int_equal(*word, 111); /* executed once each */
+	assert_int_equal(qp_state(), IBV_QPS_RTS);
+	check_canaries();
+}
+
 static void test_uc_loss_drops_the_message(void **state)
 {
 	static uint8_t b[2048], first[1024], last[100], only[50], mid[1024];
@@ -485,6 +587,8 @@ int main(void)
 		T(test_middle_without_first),
 		T(test_random_packets),
 		cmocka_unit_test_setup_teardown(test_uc_loss_drops_the_message, setup_uc, teardown),
+		cmocka_unit_test_setup_teardown(test_duplicate_atomics_answered_from_the_cache,
+						setup_answers, teardown),
 	};
 
 	setenv("SOFTVERBS_WIRE", "roce", 1);
