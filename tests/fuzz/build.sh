@@ -7,6 +7,7 @@
 #   fuzz_iw_rx      the receive path of a real QP: links OUTDIR/lib/lib/libibverbs.so,
 #                   the whole library built with clang, ASan, UBSan and libFuzzer's
 #                   coverage (cmake in OUTDIR/lib, incremental)
+#   fuzz_roce_rx    the same for an RC QP on the RoCE v2 wire (datagrams on loopback)
 # Exit 77 when clang or its libFuzzer runtime is missing (Debian: clang,
 # libclang-rt-14-dev).
 set -euo pipefail
@@ -49,6 +50,19 @@ for t in "${targets[@]}"; do
       "$root/tests/fuzz/fuzz_iw_rx.c" "$root/src/wire/iwarp/iw_proto.c" \
       "$root/src/wire/iwarp/iw_crc.c" -L"$out/lib/lib" -Wl,-rpath,"$out/lib/lib" \
       -libverbs -lisal
+    ;;
+  fuzz_roce_rx)
+    # The library under test, instrumented, as for fuzz_iw_rx (the same OUTDIR/lib).
+    if [ ! -f "$out/lib/CMakeCache.txt" ]; then
+      cmake -S "$root" -B "$out/lib" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Debug \
+        -DSV_SANITIZE=address,undefined -DCMAKE_C_FLAGS="-O1 -fsanitize=fuzzer-no-link" \
+        >"$out/lib.log" 2>&1 || { cat "$out/lib.log"; exit 1; }
+    fi
+    cmake --build "$out/lib" --target ibverbs -j2 >>"$out/lib.log" 2>&1 ||
+      { tail -50 "$out/lib.log"; exit 1; }
+    "$CC" "${flags[@]}" -I"$root/include" -o "$out/fuzz_roce_rx" \
+      "$root/tests/fuzz/fuzz_roce_rx.c" -L"$out/lib/lib" -Wl,-rpath,"$out/lib/lib" \
+      -libverbs -lz
     ;;
   fuzz_rv_decode)
     "$CC" "${flags[@]}" -o "$out/fuzz_rv_decode" "$root/tests/fuzz/fuzz_rv_decode.c" \
