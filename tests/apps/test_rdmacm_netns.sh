@@ -6,7 +6,8 @@
 # every ping's data checked on both sides), ucmatose, rdma_server/rdma_client and
 # cmtime must exit 0 with the transcript of a clean run; so must udaddy (UD: its
 # datagrams on the UDP wire); so must mckey, a receiver on each host and the sender on
-# one (multicast: IP multicast datagrams, RoCE v2). A capture of one rping run, taken in the server's namespace, must decode
+# one (multicast: IP multicast datagrams, RoCE v2; captured on B's veth, each decodes in
+# tshark as InfiniBand UD to QP 0xFFFFFF with its ICRC right). A capture of one rping run, taken in the server's namespace, must decode
 # in tshark as MPA and DDP/RDMAP with every CRC good and nothing malformed.
 . "$(dirname "$0")/lib.sh" "$1"
 need rping
@@ -229,12 +230,25 @@ mckey_hosts() {
     sleep 0.05
   done
   check "$name: both receivers joined (2 QPs a host, the IP group on B's veth) within 20 s" $joined
+  dc=
+  if [ "$5" = capture ] && command -v dumpcap >/dev/null && command -v tshark >/dev/null; then
+    ip netns exec "$B" dumpcap -q -i "v${B}" -f "udp port 4791" -w "$TMP/$name.pcapng" \
+      >"$TMP/$name.dumpcap.log" 2>&1 &
+    dc=$!
+    for _ in $(seq 100); do [ -s "$TMP/$name.pcapng" ] && break; sleep 0.05; done
+  fi
   timeout 30 "${NA[@]}" stdbuf -oL mckey -m "$group" -b "$3" -s -c 2 -C 20 >"$TMP/$name.s" 2>&1
   src=$?
   wait $ra
   ra_rc=$?
   wait $rb
   rb_rc=$?
+  if [ -n "$dc" ]; then
+    sleep 0.2
+    kill -INT $dc
+    wait $dc
+    mckey_capture "$name"
+  fi
   check "$name: the sender exits 0" test $src -eq 0
   check "$name: the receiver on the sender's host exits 0" test $ra_rc -eq 0
   check "$name: the receiver on the other host exits 0" test $rb_rc -eq 0
@@ -255,7 +269,25 @@ mckey_hosts() {
     tail -n 5 "$TMP/$name".* | sed 's/^/    /'
   fi
 }
-mckey_hosts mckey_v4 239.1.2.3 10.77.0.1 10.77.0.2
+# mckey_capture NAME: what B's veth saw of NAME's run, as RoCE v2: every datagram to the
+# group decodes in tshark as InfiniBand (BTH to QP 0xFFFFFF, DETH) with nothing
+# malformed, and its ICRC is right for the IP header it had (icrc_pcap).
+mckey_capture() {
+  local name=$1 n bad out
+  tshark -r "$TMP/$name.pcapng" -Y 'infiniband.bth.destqp == 0xffffff && infiniband.deth' \
+    2>/dev/null | wc -l >"$TMP/$name.n"
+  n=$(cat "$TMP/$name.n")
+  bad=$(tshark -r "$TMP/$name.pcapng" -Y '_ws.malformed || _ws.expert.severity >= error' \
+    2>/dev/null | wc -l)
+  check "tshark: $name's datagrams to the group as InfiniBand UD ($n), nothing malformed ($bad)" \
+    test "$n" -ge 40 -a "$bad" -eq 0
+  tshark -r "$TMP/$name.pcapng" -F pcap -w "$TMP/$name.pcap" 2>/dev/null
+  out=$("$BUILD/bin/icrc_pcap" "$TMP/$name.pcap")
+  echo "    $name: $out"
+  check "$name: every datagram's ICRC right for its IP header" "$BUILD/bin/icrc_pcap" \
+    "$TMP/$name.pcap"
+}
+mckey_hosts mckey_v4 239.1.2.3 10.77.0.1 10.77.0.2 capture
 mckey_hosts mckey_v6 ff0e::7376:1 fd77::1 fd77::2
 
 finish
