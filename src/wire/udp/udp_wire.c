@@ -48,6 +48,7 @@
 
 #include "core/sv_engine.h"
 #include "core/sv_mcast.h"
+#include "core/sv_mr.h"
 #include "core/sv_obj.h"
 #include "core/sv_path.h"
 #include "util/sv_log.h"
@@ -1553,7 +1554,13 @@ static int udp_poll(struct sv_qp *qp)
 	if (!sv_rx_trylock(qp))
 		return 0;
 	uq = udp_of(qp); /* (taken again under rx_busy: qp_fini clears it under it) */
+	/* What is delivered may be placed in registered memory: a deregistration waits for
+	 * it (sv_mr_place_begin), so its owner may unmap the memory once ibv_dereg_mr
+	 * returns. Taken before the port's mutex, which is only tried: never waited for
+	 * inside a placement that a deregistration waits for. */
+	sv_mr_place_begin();
 	if (!uq || pthread_mutex_trylock(&port.lock)) {
+		sv_mr_place_end();
 		sv_rx_unlock(qp); /* another QP reads: ours is queued for us */
 		return 0;
 	}
@@ -1579,6 +1586,7 @@ static int udp_poll(struct sv_qp *qp)
 		atomic_store_explicit(&port.hot_until, sv_now_ns() + UDP_HOT_NS,
 				      memory_order_relaxed);
 	pthread_mutex_unlock(&port.lock);
+	sv_mr_place_end();
 	/* RC: the acknowledgements of what the poll took go now, one for the lot (what the
 	 * core did not answer at once, sv_resp_flush). */
 	if (uq->rc && (n || sv_resp_owes(qp)))
