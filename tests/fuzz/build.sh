@@ -4,6 +4,7 @@
 #   fuzz_iw_decode  the codec alone (iw_proto.c, iw_mpa.c, iw_crc.c)
 #   fuzz_rv_decode  the RoCE v2 packet codec and ICRC check (rv_proto.c, rv_icrc.c)
 #   fuzz_udp_rc     an RC connection's packet translation (udp_rc.c, with rv_proto.c)
+#   fuzz_rv_cm      the IB CM's MAD decoder and rdma_cm's header (rv_cm.c)
 #   fuzz_iw_rx      the receive path of a real QP: links OUTDIR/lib/lib/libibverbs.so,
 #                   the whole library built with clang, ASan, UBSan and libFuzzer's
 #                   coverage (cmake in OUTDIR/lib, incremental)
@@ -67,6 +68,10 @@ for t in "${targets[@]}"; do
   fuzz_rv_decode)
     "$CC" "${flags[@]}" -o "$out/fuzz_rv_decode" "$root/tests/fuzz/fuzz_rv_decode.c" \
       "$root/src/wire/roce/rv_proto.c" "$root/src/wire/roce/rv_icrc.c" -lisal -lz
+    ;;
+  fuzz_rv_cm)
+    "$CC" "${flags[@]}" -o "$out/fuzz_rv_cm" "$root/tests/fuzz/fuzz_rv_cm.c" \
+      "$root/src/wire/roce/rv_cm.c"
     ;;
   fuzz_udp_rc)
     "$CC" "${flags[@]}" -o "$out/fuzz_udp_rc" "$root/tests/fuzz/fuzz_udp_rc.c" \

@@ -3,6 +3,7 @@
  * speaks (RC, UC, UD, XRC, and RoCE v2's CNP) and the header layouts of IBA 9.2-9.3.
  */
 #include "wire/roce/rv_proto.h"
+#include "wire/roce/rv_bytes.h"
 
 #include <errno.h>
 #include <string.h>
@@ -67,51 +68,6 @@ const char *rv_op_name(uint8_t opcode)
 	return rv_op_info[opcode].name ? rv_op_info[opcode].name : "?";
 }
 
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)(v >> 8);
-	p[1] = (uint8_t)v;
-}
-
-static void put24(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 16);
-	p[1] = (uint8_t)(v >> 8);
-	p[2] = (uint8_t)v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	put16(p, (uint16_t)(v >> 16));
-	put16(p + 2, (uint16_t)v);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)(v >> 32));
-	put32(p + 4, (uint32_t)v);
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
-
-static uint32_t get24(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)get16(p) << 16 | get16(p + 2);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
-
 int rv_encode(void *buf, const struct rv_pkt *p, uint32_t payload_len)
 {
 	const struct rv_op_info *op = &rv_op_info[p->opcode];
@@ -124,43 +80,43 @@ int rv_encode(void *buf, const struct rv_pkt *p, uint32_t payload_len)
 	 * reserved; PSN */
 	b[0] = p->opcode;
 	b[1] = (uint8_t)((p->se ? 0x80 : 0) | (p->mig ? 0x40 : 0) | pad << 4);
-	put16(b + 2, p->pkey);
+	rv_put16(b + 2, p->pkey);
 	b[4] = (uint8_t)((p->fecn ? 0x80 : 0) | (p->becn ? 0x40 : 0));
-	put24(b + 5, p->dest_qpn);
+	rv_put24(b + 5, p->dest_qpn);
 	b[8] = p->ack_req ? 0x80 : 0;
-	put24(b + 9, p->psn);
+	rv_put24(b + 9, p->psn);
 	q = b + RV_BTH;
 	if (op->flags & RV_H_XRCETH) {
 		q[0] = 0;
-		put24(q + 1, p->xrc_srqn);
+		rv_put24(q + 1, p->xrc_srqn);
 		q += RV_XRCETH;
 	}
 	if (op->flags & RV_H_DETH) {
-		put32(q, p->qkey);
+		rv_put32(q, p->qkey);
 		q[4] = 0;
-		put24(q + 5, p->src_qpn);
+		rv_put24(q + 5, p->src_qpn);
 		q += RV_DETH;
 	}
 	if (op->flags & RV_H_RETH) {
-		put64(q, p->va);
-		put32(q + 8, p->rkey);
-		put32(q + 12, p->dma_len);
+		rv_put64(q, p->va);
+		rv_put32(q + 8, p->rkey);
+		rv_put32(q + 12, p->dma_len);
 		q += RV_RETH;
 	}
 	if (op->flags & RV_H_ATOMICETH) {
-		put64(q, p->va);
-		put32(q + 8, p->rkey);
-		put64(q + 12, p->swap_add);
-		put64(q + 20, p->compare);
+		rv_put64(q, p->va);
+		rv_put32(q + 8, p->rkey);
+		rv_put64(q + 12, p->swap_add);
+		rv_put64(q + 20, p->compare);
 		q += RV_ATOMICETH;
 	}
 	if (op->flags & RV_H_AETH) {
 		q[0] = p->syndrome;
-		put24(q + 1, p->msn);
+		rv_put24(q + 1, p->msn);
 		q += RV_AETH;
 	}
 	if (op->flags & RV_H_ATOMICACKETH) {
-		put64(q, p->orig);
+		rv_put64(q, p->orig);
 		q += RV_ATOMICACKETH;
 	}
 	if (op->flags & RV_H_IMMDT) {
@@ -168,7 +124,7 @@ int rv_encode(void *buf, const struct rv_pkt *p, uint32_t payload_len)
 		q += RV_IMMDT;
 	}
 	if (op->flags & RV_H_IETH) {
-		put32(q, p->inv_rkey);
+		rv_put32(q, p->inv_rkey);
 		q += RV_IETH;
 	}
 	if (op->flags & RV_H_CNP) {
@@ -195,46 +151,46 @@ int rv_decode(const void *buf, size_t len, struct rv_pkt *p)
 	p->se = b[1] & 0x80;
 	p->mig = b[1] & 0x40;
 	p->pad = (b[1] >> 4) & 3;
-	p->pkey = get16(b + 2);
+	p->pkey = rv_get16(b + 2);
 	p->fecn = b[4] & 0x80;
 	p->becn = b[4] & 0x40;
-	p->dest_qpn = get24(b + 5);
+	p->dest_qpn = rv_get24(b + 5);
 	p->ack_req = b[8] & 0x80;
-	p->psn = get24(b + 9);
+	p->psn = rv_get24(b + 9);
 	/* IBA 9.6.1.1 (packet length): payload and pad a multiple of 4, the pad within it */
 	rest = len - op->hdr_len - RV_ICRC;
 	if (rest % 4 || p->pad > rest || (!(op->flags & RV_PAYLOAD) && rest))
 		return -EPROTO;
 	q = b + RV_BTH;
 	if (op->flags & RV_H_XRCETH) {
-		p->xrc_srqn = get24(q + 1);
+		p->xrc_srqn = rv_get24(q + 1);
 		q += RV_XRCETH;
 	}
 	if (op->flags & RV_H_DETH) {
-		p->qkey = get32(q);
-		p->src_qpn = get24(q + 5);
+		p->qkey = rv_get32(q);
+		p->src_qpn = rv_get24(q + 5);
 		q += RV_DETH;
 	}
 	if (op->flags & RV_H_RETH) {
-		p->va = get64(q);
-		p->rkey = get32(q + 8);
-		p->dma_len = get32(q + 12);
+		p->va = rv_get64(q);
+		p->rkey = rv_get32(q + 8);
+		p->dma_len = rv_get32(q + 12);
 		q += RV_RETH;
 	}
 	if (op->flags & RV_H_ATOMICETH) {
-		p->va = get64(q);
-		p->rkey = get32(q + 8);
-		p->swap_add = get64(q + 12);
-		p->compare = get64(q + 20);
+		p->va = rv_get64(q);
+		p->rkey = rv_get32(q + 8);
+		p->swap_add = rv_get64(q + 12);
+		p->compare = rv_get64(q + 20);
 		q += RV_ATOMICETH;
 	}
 	if (op->flags & RV_H_AETH) {
 		p->syndrome = q[0];
-		p->msn = get24(q + 1);
+		p->msn = rv_get24(q + 1);
 		q += RV_AETH;
 	}
 	if (op->flags & RV_H_ATOMICACKETH) {
-		p->orig = get64(q);
+		p->orig = rv_get64(q);
 		q += RV_ATOMICACKETH;
 	}
 	if (op->flags & RV_H_IMMDT) {
@@ -242,7 +198,7 @@ int rv_decode(const void *buf, size_t len, struct rv_pkt *p)
 		q += RV_IMMDT;
 	}
 	if (op->flags & RV_H_IETH)
-		p->inv_rkey = get32(q);
+		p->inv_rkey = rv_get32(q);
 	p->hdr_len = op->hdr_len;
 	p->payload_len = (uint32_t)(rest - p->pad);
 	return 0;

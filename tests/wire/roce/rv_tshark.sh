@@ -12,15 +12,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 "$prog" --dump-packets > "$tmp/pkts.hex"
-# A pcap of raw IPv4 packets (LINKTYPE_RAW, 101), one per line of hex.
-python3 - "$tmp/pkts.hex" "$tmp/pkts.pcap" <<'PY'
-import struct, sys
-pkts = [bytes.fromhex(l.strip()) for l in open(sys.argv[1]) if l.strip()]
-with open(sys.argv[2], "wb") as f:
-    f.write(struct.pack("<IHHiIII", 0xa1b2c3d4, 2, 4, 0, 0, 65535, 101))
-    for i, p in enumerate(pkts):
-        f.write(struct.pack("<IIII", i, 0, len(p), len(p)) + p)
-PY
+python3 "$(dirname "$0")/hex2pcap.py" "$tmp/pkts.hex" "$tmp/pkts.pcap"
 # opcode, dest QP, PSN, A, PadCnt | RETH VA, R_Key, length | AETH MSN | DETH Q_Key,
 # source QP | AtomicETH swap/add
 tshark -r "$tmp/pkts.pcap" -T fields -E separator='|' -e infiniband.bth.opcode \
