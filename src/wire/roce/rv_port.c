@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #define REG_MAGIC 0x76727673u /* "svrv" */
-enum { REG_VERSION = 1, PROBE_WAIT_MS = 100, PROBE_SLACK = 4, NO_SOCKET = -1 };
+enum { REG_VERSION = 2, PROBE_WAIT_MS = 100, PROBE_SLACK = 4, NO_SOCKET = -1 };
 
 /* One process's record. */
 struct reg_rec {
@@ -36,6 +36,8 @@ struct reg_rec {
 	uint64_t start; /* its start time (/proc/PID/stat): a pid used again is not it */
 	uint16_t n_blocks;
 	uint16_t blocks[RV_PORT_BLOCKS];
+	uint32_t n_services;
+	uint64_t services[RV_PORT_SERVICES]; /* the CM service IDs it listens on */
 };
 
 struct reg {
@@ -621,4 +623,88 @@ int rv_port_resteer(struct rv_port *p, bool stray)
 bool rv_port_probing(const struct rv_port *p)
 {
 	return p->probing;
+}
+
+/* --- CM services (rv_port_listen) ---------------------------------------------------------- */
+
+/* Under the registry's lock: the live record other than ours that lists @sid. */
+static struct reg_rec *listener_of(struct rv_port *p, uint64_t sid, bool others_only)
+{
+	struct reg_rec *self = self_rec(p);
+
+	for (int i = 0; i < RV_PORT_PROCS; i++) {
+		struct reg_rec *r = &p->reg.rec[i];
+
+		if (!r->pid || (others_only && r == self))
+			continue;
+		for (uint32_t k = 0; k < r->n_services && k < RV_PORT_SERVICES; k++)
+			if (r->services[k] == sid)
+				return r;
+	}
+	return NULL;
+}
+
+int rv_port_listen(struct rv_port *p, uint64_t service_id)
+{
+	int fd = reg_lock(p), err = 0;
+	struct reg_rec *self;
+
+	if (fd < 0)
+		return fd;
+	if (prune(p))
+		(void)steer(p);
+	self = self_rec(p);
+	if (!self)
+		err = -ENOENT; /* (our record went: the port is being closed) */
+	else if (listener_of(p, service_id, true))
+		err = -EADDRINUSE;
+	else if (listener_of(p, service_id, false))
+		err = 0; /* ours already */
+	else if (self->n_services >= RV_PORT_SERVICES)
+		err = -ENOSPC;
+	else
+		self->services[self->n_services++] = service_id;
+	if (!err)
+		err = reg_store(p, fd);
+	reg_unlock(fd);
+	return err;
+}
+
+void rv_port_unlisten(struct rv_port *p, uint64_t service_id)
+{
+	int fd = reg_lock(p);
+	struct reg_rec *self;
+
+	if (fd < 0)
+		return;
+	self = self_rec(p);
+	for (uint32_t k = 0; self && k < self->n_services; k++) {
+		if (self->services[k] == service_id) {
+			self->services[k] = self->services[--self->n_services];
+			self->services[self->n_services] = 0;
+			(void)reg_store(p, fd);
+			break;
+		}
+	}
+	reg_unlock(fd);
+}
+
+int rv_port_listener(struct rv_port *p, uint64_t service_id, uint32_t *block)
+{
+	int fd = reg_lock(p), err = -ENOENT;
+	struct reg_rec *r;
+
+	if (fd < 0)
+		return fd;
+	if (prune(p)) {
+		(void)steer(p);
+		(void)reg_store(p, fd);
+	}
+	r = listener_of(p, service_id, false);
+	if (r && r->n_blocks) {
+		*block = r->blocks[0];
+		err = 0;
+	}
+	reg_unlock(fd);
+	return err;
 }

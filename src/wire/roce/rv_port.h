@@ -46,6 +46,7 @@ enum {
 	RV_PORT_PROCS = 256,   /* processes in the registry */
 	RV_PORT_PROBE = 0xff,  /* a probe's first byte: no IBA opcode (rv_decode drops it) */
 	RV_PORT_PROBE_LEN = 16,
+	RV_PORT_SERVICES = 32, /* CM service IDs one process listens on */
 };
 
 struct rv_port;
@@ -97,5 +98,18 @@ void rv_port_drain_watch(struct rv_port *p);
 int rv_port_resteer(struct rv_port *p, bool stray);
 /* Whether our probes are still out (rv_port_resteer). */
 bool rv_port_probing(const struct rv_port *p);
+
+/*
+ * The IB CM's listeners (issue 26: a REQ to QP1 reaches whichever process the kernel's
+ * hash picks, which must hand it to the one listening on its service ID): each process's
+ * record lists the service IDs it listens on. rv_port_listen adds one: 0, -EADDRINUSE
+ * when another live process listens on it (a dead one's are pruned first), -ENOSPC past
+ * RV_PORT_SERVICES. rv_port_unlisten takes it out (and leaving the port takes them all).
+ * rv_port_listener names a block of the process that listens on @service_id (the way to
+ * it: a datagram to a QPN of that block reaches it), or -ENOENT.
+ */
+int rv_port_listen(struct rv_port *p, uint64_t service_id);
+void rv_port_unlisten(struct rv_port *p, uint64_t service_id);
+int rv_port_listener(struct rv_port *p, uint64_t service_id, uint32_t *block);
 
 #endif

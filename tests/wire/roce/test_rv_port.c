@@ -20,6 +20,8 @@
  *   their places is not known): a stray makes its receiver look and bump the
  *   membership, and once every survivor has looked again, every datagram reaches its
  *   owner;
+ * - CM listeners: a process's service is found (its block) by another, which cannot
+ *   listen on it while it lives, can once it stopped or died; at most RV_PORT_SERVICES;
  * - a registry file that is not the user's alone is refused (-EACCES);
  * - as root: another user's process cannot join (-EADDRINUSE) and the group goes on.
  */
@@ -69,11 +71,13 @@ static long long now_ms(void)
 struct cmd {
 	char op;        /* 'c' counts (when @want datagrams came, or after WAIT_MS), 'r'
 			 * resteer (@want: after a stray), 's' stale?, 'd' forget changes so
-			 * far, 'w' told of a change of the registry since?, 'q' leave */
+			 * far, 'w' told of a change of the registry since?, 'q' leave; CM
+			 * services: 'L' listen on @want, 'U' stop, 'F' find its listener */
 	int want;
 };
 struct ans {
 	int rc, index, ours, strays;
+	uint32_t block; /* 'F': the listener's block */
 };
 
 /* Reads what came (waiting up to @ms for the first), counting it in @a; whether any. */
@@ -151,6 +155,17 @@ static void member(int ctl, uint32_t block, uid_t uid)
 			rv_port_drain_watch(p);
 			break;
 		}
+		case 'L':
+			a.rc = rv_port_listen(p, (uint32_t)c.want);
+			break;
+		case 'U':
+			rv_port_unlisten(p, (uint32_t)c.want);
+			a.rc = 0;
+			break;
+		case 'F':
+			a.block = 0;
+			a.rc = rv_port_listener(p, (uint32_t)c.want, &a.block);
+			break;
 		case 'q':
 			rv_port_close(p);
 			_exit(0);
@@ -372,6 +387,45 @@ static void test_group_two_die(void **state)
 		reap(&k[i]);
 }
 
+/* CM listeners: one process a service; another finds its block, cannot take it while it
+ * lives, can once it stopped listening or died (pruned by the first that looks). */
+static void test_cm_listeners(void **state)
+{
+	enum { SID = 0x01064e20, SID2 = 0x01111c06 };
+	struct kid k[2];
+	struct ans a;
+
+	(void)state;
+	spawn(&k[0], BLOCK0, 0, &a);
+	spawn(&k[1], BLOCK0 + 1, 0, &a);
+	assert_int_equal(ask(&k[1], 'F', SID).rc, -ENOENT);
+	assert_int_equal(ask(&k[0], 'L', SID).rc, 0);
+	assert_int_equal(ask(&k[0], 'L', SID).rc, 0); /* ours already */
+	a = ask(&k[1], 'F', SID);
+	assert_int_equal(a.rc, 0);
+	assert_int_equal(a.block, BLOCK0);
+	assert_int_equal(ask(&k[1], 'L', SID).rc, -EADDRINUSE);
+	assert_int_equal(ask(&k[1], 'L', SID2).rc, 0);
+	assert_int_equal(ask(&k[0], 'F', SID2).block, BLOCK0 + 1);
+	ask(&k[0], 'U', SID);
+	assert_int_equal(ask(&k[1], 'F', SID).rc, -ENOENT);
+	assert_int_equal(ask(&k[1], 'L', SID).rc, 0);
+	assert_int_equal(ask(&k[0], 'F', SID).block, BLOCK0 + 1);
+	/* The listener dies: its services go with it. */
+	kill(k[1].pid, SIGKILL);
+	waitpid(k[1].pid, NULL, 0);
+	close(k[1].ctl);
+	k[1].pid = 0;
+	assert_int_equal(ask(&k[0], 'F', SID).rc, -ENOENT);
+	assert_int_equal(ask(&k[0], 'F', SID2).rc, -ENOENT);
+	assert_int_equal(ask(&k[0], 'L', SID).rc, 0);
+	/* RV_PORT_SERVICES at most (SID is one). */
+	for (int i = 1; i < RV_PORT_SERVICES; i++)
+		assert_int_equal(ask(&k[0], 'L', SID + i).rc, 0);
+	assert_int_equal(ask(&k[0], 'L', SID + RV_PORT_SERVICES).rc, -ENOSPC);
+	reap(&k[0]);
+}
+
 static void test_registry_not_ours(void **state)
 {
 	struct stat ns;
@@ -421,6 +475,7 @@ int main(void)
 		cmocka_unit_test(test_group_leave),
 		cmocka_unit_test(test_group_crash),
 		cmocka_unit_test(test_group_two_die),
+		cmocka_unit_test(test_cm_listeners),
 		cmocka_unit_test(test_registry_not_ours),
 		cmocka_unit_test(test_other_user),
 	};
