@@ -22,11 +22,13 @@
 #include <sys/inotify.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define REG_MAGIC 0x76727673u /* "svrv" */
+enum { FWD_KIND = 1 }; /* a probe's second byte: 0 a probe, FWD_KIND a forward */
 enum { REG_VERSION = 2, PROBE_WAIT_MS = 100, PROBE_SLACK = 4, NO_SOCKET = -1 };
 
 /* One process's record. */
@@ -557,6 +559,8 @@ enum rv_port_dgram rv_port_classify(struct rv_port *p, const void *buf, size_t l
 	const uint8_t *b = buf;
 	uint16_t block;
 
+	if (len >= 2 && b[0] == RV_PORT_PROBE && b[1] == FWD_KIND)
+		return RV_DGRAM_FORWARD;
 	if (len >= 1 && b[0] == RV_PORT_PROBE) {
 		int k = p->probing ? probe_of_ours(p, b, len) : -1;
 
@@ -577,6 +581,8 @@ enum rv_port_dgram rv_port_classify(struct rv_port *p, const void *buf, size_t l
 		return RV_DGRAM_OURS; /* too short to say: the decoder refuses it */
 	if ((uint32_t)(b[5] << 16 | b[6] << 8 | b[7]) == RV_QPN_MCAST)
 		return RV_DGRAM_MCAST;
+	if ((uint32_t)(b[5] << 16 | b[6] << 8 | b[7]) == 1)
+		return RV_DGRAM_GSI;
 	block = (uint16_t)(b[5] << 8 | b[6]);
 	for (int i = 0; i < p->n_blocks; i++)
 		if (p->blocks[i] == block)
@@ -707,4 +713,62 @@ int rv_port_listener(struct rv_port *p, uint64_t service_id, uint32_t *block)
 	}
 	reg_unlock(fd);
 	return err;
+}
+
+/* --- forwards (rv_port_forward) ---------------------------------------------------------- */
+
+int rv_port_forward(struct rv_port *p, int index, const struct rv_port_fwd *f)
+{
+	uint8_t h[RV_PORT_FWD_HDR] = { RV_PORT_PROBE, FWD_KIND, (uint8_t)(index >> 8),
+				       (uint8_t)index };
+	struct iovec iov[2] = { { h, sizeof(h) }, { (void *)f->dgram, f->len } };
+	struct sockaddr_in6 d6 = { .sin6_family = AF_INET6, .sin6_port = htons(p->port),
+				   .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+	struct sockaddr_in d4 = { .sin_family = AF_INET, .sin_port = htons(p->port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
+
+	if (index < 0 || index >= RV_PORT_PROCS)
+		return -EINVAL;
+	memcpy(h + 4, f->src, 16);
+	memcpy(h + 20, f->dst, 16);
+	h[36] = (uint8_t)(f->sport >> 8);
+	h[37] = (uint8_t)f->sport;
+	if (p->v6) {
+		msg.msg_name = &d6;
+		msg.msg_namelen = sizeof(d6);
+	} else {
+		msg.msg_name = &d4;
+		msg.msg_namelen = sizeof(d4);
+	}
+	return sendmsg(p->fd, &msg, MSG_DONTWAIT) >= 0 ? 0 : -errno;
+}
+
+int rv_port_forwarded(const uint8_t *buf, size_t len, struct rv_port_fwd *f)
+{
+	if (len < RV_PORT_FWD_HDR || buf[0] != RV_PORT_PROBE || buf[1] != FWD_KIND)
+		return -EBADMSG;
+	memcpy(f->src, buf + 4, 16);
+	memcpy(f->dst, buf + 20, 16);
+	f->sport = (uint16_t)(buf[36] << 8 | buf[37]);
+	f->dgram = buf + RV_PORT_FWD_HDR;
+	f->len = len - RV_PORT_FWD_HDR;
+	return 0;
+}
+
+int rv_port_index_of(struct rv_port *p, uint32_t block)
+{
+	int fd = reg_lock(p), index = -ENOENT;
+
+	if (fd < 0)
+		return fd;
+	for (int i = 0; i < RV_PORT_PROCS && index < 0; i++) {
+		const struct reg_rec *r = &p->reg.rec[i];
+
+		for (int b = 0; r->pid && r->index >= 0 && b < r->n_blocks; b++)
+			if (r->blocks[b] == block)
+				index = r->index;
+	}
+	reg_unlock(fd);
+	return index;
 }

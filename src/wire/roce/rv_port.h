@@ -79,6 +79,10 @@ enum rv_port_dgram {
 	RV_DGRAM_STRAY, /* for a block not ours: drop it, count it, rv_port_resteer */
 	RV_DGRAM_MCAST, /* for QPN 0xFFFFFF: a multicast group's (every member process gets
 			 * a copy; the kernel steers none) */
+	RV_DGRAM_GSI,   /* for QPN 1, the IB CM's: no process owns it, the kernel's hash
+			 * picks one (rv_port_forward passes a MAD on to its owner) */
+	RV_DGRAM_FORWARD, /* a datagram another process of the group passed on to this one
+			   * (rv_port_forwarded reads it) */
 };
 enum rv_port_dgram rv_port_classify(struct rv_port *p, const void *buf, size_t len);
 
@@ -111,5 +115,25 @@ bool rv_port_probing(const struct rv_port *p);
 int rv_port_listen(struct rv_port *p, uint64_t service_id);
 void rv_port_unlisten(struct rv_port *p, uint64_t service_id);
 int rv_port_listener(struct rv_port *p, uint64_t service_id, uint32_t *block);
+
+/*
+ * Passing a datagram on to the process it is for (QP1's MADs, which the kernel's hash
+ * gives to any process of the group): a forward is a probe-like datagram through
+ * loopback that the steering program gives to the socket at @index (its first rule), and
+ * carries where the datagram came from (source and destination GIDs, source port) and
+ * the datagram itself (BTH on, no ICRC: the forwarder checked it). 0 or -errno.
+ * rv_port_index_of names the index of the process owning @block (-ENOENT: nobody).
+ */
+enum { RV_PORT_FWD_HDR = 4 + 16 + 16 + 4 };
+struct rv_port_fwd {
+	uint8_t src[16], dst[16]; /* the GIDs it came from and went to */
+	uint16_t sport;
+	const uint8_t *dgram;     /* BTH on, without the ICRC */
+	size_t len;
+};
+int rv_port_forward(struct rv_port *p, int index, const struct rv_port_fwd *f);
+int rv_port_index_of(struct rv_port *p, uint32_t block);
+/* The parts of a forward (RV_DGRAM_FORWARD) of @len bytes: 0, or -EBADMSG. */
+int rv_port_forwarded(const uint8_t *buf, size_t len, struct rv_port_fwd *f);
 
 #endif

@@ -1450,6 +1450,12 @@ static bool accept_one(uint16_t sport)
 	switch (rv_port_classify(port.rp, d->buf, d->len)) {
 	case RV_DGRAM_PROBE:
 		return false;
+	case RV_DGRAM_GSI:
+	case RV_DGRAM_FORWARD:
+		/* QP1's MADs, the IB CM's (issue 26): no CM takes them yet. Dropped, but not
+		 * a stray: the port's place is not in question (an rxe host's rdma_cm made
+		 * every process here probe again once a second). */
+		return false;
 	case RV_DGRAM_STRAY:
 		sv_dbg("roce: a datagram for another process's QP came here");
 		now = sv_now_ns();

@@ -78,7 +78,20 @@ struct cmd {
 struct ans {
 	int rc, index, ours, strays;
 	uint32_t block; /* 'F': the listener's block */
+	int gsi, fwds;  /* datagrams to QP1; forwards, each checked (fwd_ok) */
 };
+
+/* What 'f' forwards, and whether a forward carries it whole. */
+static const uint8_t fwd_src[16] = { [10] = 0xff, [11] = 0xff, 10, 77, 0, 2 };
+static const uint8_t fwd_dgram[24] = { 0x64, 0, 0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 7, 0x80, 1 };
+
+static bool fwd_ok(const uint8_t *m, size_t n)
+{
+	struct rv_port_fwd f;
+
+	return !rv_port_forwarded(m, n, &f) && !memcmp(f.src, fwd_src, 16) && f.sport == 49152 &&
+	       f.len == sizeof(fwd_dgram) && !memcmp(f.dgram, fwd_dgram, f.len);
+}
 
 /* Reads what came (waiting up to @ms for the first), counting it in @a; whether any. */
 static bool take(struct rv_port *p, struct ans *a, int ms)
@@ -95,6 +108,8 @@ static bool take(struct rv_port *p, struct ans *a, int ms)
 
 		a->ours += d == RV_DGRAM_OURS;
 		a->strays += d == RV_DGRAM_STRAY;
+		a->gsi += d == RV_DGRAM_GSI;
+		a->fwds += d == RV_DGRAM_FORWARD && fwd_ok(m, (size_t)n);
 		any = true;
 	}
 	return any;
@@ -127,7 +142,7 @@ static void member(int ctl, uint32_t block, uid_t uid)
 		case 'c': {
 			long long end = now_ms() + WAIT_MS;
 
-			while (a.ours + a.strays < c.want && now_ms() < end)
+			while (a.ours + a.strays + a.gsi + a.fwds < c.want && now_ms() < end)
 				take(p, &a, 50);
 			break;
 		}
@@ -166,6 +181,17 @@ static void member(int ctl, uint32_t block, uid_t uid)
 			a.block = 0;
 			a.rc = rv_port_listener(p, (uint32_t)c.want, &a.block);
 			break;
+		case 'f': { /* forward to the owner of block @want, PER_BLOCK times */
+			struct rv_port_fwd f = { .sport = 49152, .dgram = fwd_dgram,
+						 .len = sizeof(fwd_dgram) };
+			int index = rv_port_index_of(p, (uint32_t)c.want);
+
+			memcpy(f.src, fwd_src, 16);
+			a.rc = index < 0 ? index : 0;
+			for (int i = 0; !a.rc && i < PER_BLOCK; i++)
+				a.rc = rv_port_forward(p, index, &f);
+			break;
+		}
 		case 'q':
 			rv_port_close(p);
 			_exit(0);
@@ -173,7 +199,7 @@ static void member(int ctl, uint32_t block, uid_t uid)
 		a.index = rv_port_index(p);
 		if (write(ctl, &a, sizeof(a)) != sizeof(a))
 			_exit(1);
-		a.ours = a.strays = 0;
+		a.ours = a.strays = a.gsi = a.fwds = 0;
 	}
 }
 
@@ -426,6 +452,50 @@ static void test_cm_listeners(void **state)
 	reap(&k[0]);
 }
 
+/* QP1's datagrams are nobody's stray; a forward reaches the owner of the block named,
+ * whole, whichever process sends it. */
+static void test_gsi_and_forwards(void **state)
+{
+	struct kid k[MEMBERS];
+	struct sockaddr_in d = { .sin_family = AF_INET, .sin_port = htons(test_port()),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int gsi = 0, s;
+
+	(void)state;
+	start_group(k);
+	s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	assert_true(s >= 0);
+	for (int i = 0; i < PER_BLOCK; i++)
+		assert_int_equal(sendto(s, fwd_dgram, sizeof(fwd_dgram), 0, (struct sockaddr *)&d,
+					sizeof(d)), sizeof(fwd_dgram));
+	close(s);
+	for (int i = 0; i < MEMBERS; i++) {
+		struct ans a = ask(&k[i], 'c', 0);
+
+		if (a.strays)
+			fail_msg("member %d took %d datagrams to QP1 for strays", i, a.strays);
+		gsi += a.gsi;
+	}
+	/* (counted as they came: ask 'c' with want 0 returns what was read so far) */
+	for (int tries = 0; gsi < PER_BLOCK && tries < 50; tries++)
+		for (int i = 0; i < MEMBERS; i++)
+			gsi += ask(&k[i], 'c', 0).gsi;
+	assert_int_equal(gsi, PER_BLOCK);
+	/* Member 0 forwards to each other member's block: each gets every forward, whole. */
+	for (int to = 1; to < MEMBERS; to++) {
+		struct ans a = ask(&k[0], 'f', (int)k[to].block);
+
+		assert_int_equal(a.rc, 0);
+		a = ask(&k[to], 'c', PER_BLOCK);
+		if (a.fwds != PER_BLOCK)
+			fail_msg("member %d (index %d) got %d of %d forwards", to, a.index, a.fwds,
+				 PER_BLOCK);
+	}
+	assert_int_equal(ask(&k[0], 'f', BLOCK0 + 99).rc, -ENOENT);
+	for (int i = 0; i < MEMBERS; i++)
+		reap(&k[i]);
+}
+
 static void test_registry_not_ours(void **state)
 {
 	struct stat ns;
@@ -476,6 +546,7 @@ int main(void)
 		cmocka_unit_test(test_group_crash),
 		cmocka_unit_test(test_group_two_die),
 		cmocka_unit_test(test_cm_listeners),
+		cmocka_unit_test(test_gsi_and_forwards),
 		cmocka_unit_test(test_registry_not_ours),
 		cmocka_unit_test(test_other_user),
 	};
