@@ -99,6 +99,21 @@ int softverbs_qp_adopt_stream(struct ibv_qp *qp, int fd, const struct softverbs_
  */
 int softverbs_attach_mcast_on(struct ibv_qp *qp, const union ibv_gid *gid, unsigned int ifindex);
 
+/*
+ * The IB connection manager's QP1, for a connection manager in this process (rdma_cm
+ * over RoCE, issue 26): UD QP @qp (its Q_Key 0x80010000) becomes this process's QP1 (@on
+ * 0: no more): the MADs to QP1 that reach the host and are this process's come to it —
+ * a REQ or SIDR_REQ for a service it listens on (softverbs_cm_listen), any other CM
+ * message whose remote communication ID names its block (the QPN block of @qp:
+ * communication IDs are (qp_num >> 8) << 16 | n), and, where no process of the user
+ * owns one, those too — and what it sends goes from QP 1. One QP a process. 0, or
+ * EINVAL (not UD), ENODEV (no RoCE port), EBUSY (another QP is).
+ */
+int softverbs_qp_set_gsi(struct ibv_qp *qp, int on);
+/* This process listens (@on) on IB CM service @service_id, or no more, through its QP1
+ * @qp: 0, or EADDRINUSE (another process of the user does), ENOSPC, ENODEV. */
+int softverbs_cm_listen(struct ibv_qp *qp, uint64_t service_id, int on);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,6 +4,7 @@
 
 #include <softverbs/softverbs.h>
 
+#include "core/sv_qp_data.h"
 #include "verbs.h"
 #include "wire/sv_wires.h"
 
@@ -98,4 +99,23 @@ int softverbs_attach_mcast_on(struct ibv_qp *qp, const union ibv_gid *gid, unsig
 	if (!qp || !gid || ifindex > INT32_MAX)
 		return EINVAL;
 	return -sv_mcast_attach(to_svqp(qp), gid, (int)ifindex);
+}
+
+int softverbs_qp_set_gsi(struct ibv_qp *qp, int on)
+{
+	if (!qp)
+		return EINVAL;
+	return -sv_qp_set_gsi(to_svqp(qp), on != 0);
+}
+
+int softverbs_cm_listen(struct ibv_qp *qp, uint64_t service_id, int on)
+{
+	struct sv_qp *q;
+
+	if (!qp)
+		return EINVAL;
+	q = to_svqp(qp);
+	if (!q->gsi || !q->far || !q->far->cm_listen)
+		return ENODEV;
+	return -q->far->cm_listen(q, service_id, on != 0);
 }

@@ -248,6 +248,8 @@ struct sv_qp {
 					* its state in far_qp. The requester picks per WR */
 	void *far_qp;
 	bool far_local;               /* this host's GIDs go on the far wire too (tests) */
+	bool gsi;                     /* UD: the process's QP1 for the IB CM (sv_qp_set_gsi):
+				       * its datagrams go from QP 1 */
 	struct sv_qp_pub pub;         /* what the wire and the responder read without qp->lock */
 	atomic_int eng_ref;           /* pinned by a poller or the progress thread */
 	/* Armed and left out of the progress thread's passes until its wire rings for it or

@@ -393,6 +393,26 @@ int sv_mcast_count(struct sv_qp *qp)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* QP1                                                                                      */
+
+int sv_qp_set_gsi(struct sv_qp *qp, bool on)
+{
+	int err;
+
+	if (qp->ibv.qp_base.qp_type != IBV_QPT_UD)
+		return -EINVAL;
+	if (!qp->far || !qp->far->gsi)
+		return -ENODEV;
+	err = qp->far->gsi(qp, on);
+	if (!err) {
+		sv_spin_lock(&qp->sq.lock);
+		qp->gsi = on;
+		sv_spin_unlock(&qp->sq.lock);
+	}
+	return err;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* progress                                                                                 */
 
 int sv_qp_progress(struct sv_qp *qp)

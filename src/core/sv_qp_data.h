@@ -74,6 +74,10 @@ static inline void sv_qp_fail(struct sv_qp *qp, int err)
 /* Enters ERR if the data path asked for it (call with no QP lock held; if qp->lock is
  * busy the error stays pending for a later call). */
 void sv_qp_settle(struct sv_qp *qp);
+/* UD @qp is the process's QP1 for the IB CM (@on), or no more: the MADs to QP1 that
+ * are this process's come to it, and its datagrams go from QP 1. 0, -EINVAL (not UD),
+ * -ENODEV (no wire to other hosts), -EBUSY (another QP is). */
+int sv_qp_set_gsi(struct sv_qp *qp, bool on);
 /* The same, with qp->lock held. */
 void sv_qp_settle_locked(struct sv_qp *qp);
 

@@ -239,7 +239,8 @@ static const struct sv_wire_ops *tx_wire(struct sv_qp *qp, const struct sv_send_
 /* A header for a request of @w from this QP. */
 static struct sv_hdr req_hdr(struct sv_qp *qp, const struct sv_send_wqe *w, uint8_t op)
 {
-	struct sv_hdr h = { .op = op, .src_qpn = qp->ibv.qp_base.qp_num,
+	/* (QP1's MADs go from QP 1, whatever QP carries them here: sv_qp_set_gsi) */
+	struct sv_hdr h = { .op = op, .src_qpn = qp->gsi ? 1 : qp->ibv.qp_base.qp_num,
 			    .xrc_srqn = w->xrc_srqn };
 
 	return h;

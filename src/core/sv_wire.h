@@ -254,6 +254,12 @@ struct sv_wire_ops {
 	/* Optional, the progress thread: the application polls this QP and moves it itself;
 	 * stop watching what its polls read until the next arm (sv_engine_park). */
 	void (*park)(struct sv_qp *qp);
+	/* Optional, a far wire's: @qp (UD) is the process's QP1 for the IB CM, or (@on
+	 * false) no more: 0, -EBUSY (another QP is), -ENODEV (no port). */
+	int (*gsi)(struct sv_qp *qp, bool on);
+	/* ... and its process listens on IB CM service @service_id (or no more): 0,
+	 * -EADDRINUSE (another process does), -ENOSPC. */
+	int (*cm_listen)(struct sv_qp *qp, uint64_t service_id, bool on);
 	/* Optional, any thread: a descriptor of the QP's own that turns readable when the
 	 * peer's data comes (a socket), for a thread about to sleep on a completion channel
 	 * to wait on as well (then moving the QP itself); -1 if none now. Only a number:

@@ -52,6 +52,7 @@
 #include "core/sv_obj.h"
 #include "core/sv_path.h"
 #include "util/sv_log.h"
+#include "wire/roce/rv_cm.h"
 #include "wire/roce/rv_port.h"
 #include "wire/roce/rv_proto.h"
 #include "wire/sv_qpn.h"
@@ -80,10 +81,14 @@ enum {
 #define UDP_HOT_NS 1000000ull /* polls read the socket this long after a datagram */
 #define RESTEER_NS 1000000000ull /* a stray makes the port look again, this often at most */
 
+/* A MAD to QP1 (udp_dgram.gsi): to route to the process it is for, or to take here. */
+enum { GSI_NONE, GSI_ROUTE, GSI_HERE };
+
 struct udp_dgram {
 	struct rv_pkt pkt;
 	struct in6_addr src, dst; /* IPv6, or IPv4 mapped: the GIDs of the GRH */
 	uint32_t len;
+	uint8_t gsi;              /* GSI_*: a MAD to QP1, from the network or forwarded */
 	uint8_t buf[UDP_DGRAM_MAX];
 };
 
@@ -179,6 +184,7 @@ static struct {
 	struct udp_block *blocks;
 	int n_qps;
 	struct udp_group *groups;
+	struct udp_qp *gsi; /* the process's QP1 for the IB CM (sv_qp_set_gsi), or NULL */
 	struct rv_icrc_ids ids;
 	struct udp_dgram in; /* the datagram being read */
 	/* UDP_GRO: a read may bring several datagrams of one sender, each `gro_seg` bytes
@@ -646,6 +652,7 @@ static void forget_inherited(void)
 	port.fd = -1;
 	port.blocks = NULL;
 	port.groups = NULL; /* (the parent's memberships: its socket's, closed here) */
+	port.gsi = NULL;
 	port.n_qps = 0;
 	free(port.gro); /* (the child's copy) */
 	port.gro = NULL;
@@ -734,6 +741,8 @@ static void udp_qp_fini(struct sv_qp *qp)
 	pthread_mutex_lock(&setup_lock);
 	pthread_mutex_lock(&port.lock);
 	b->qps[uq->qpn & (SV_QPN_BLOCK - 1)] = NULL; /* no datagram is routed to it now */
+	if (port.gsi == uq)
+		port.gsi = NULL;
 	for (struct udp_group *g = port.groups, *next; g; g = next) {
 		next = g->next; /* (verbs detach first: EBUSY; this is for a QP that fails) */
 		group_leave_locked(g, uq);
@@ -1447,15 +1456,31 @@ static bool accept_one(uint16_t sport)
 	struct rv_path path;
 	uint64_t now;
 
+	d->gsi = GSI_NONE;
 	switch (rv_port_classify(port.rp, d->buf, d->len)) {
 	case RV_DGRAM_PROBE:
 		return false;
+	case RV_DGRAM_FORWARD: {
+		/* A MAD to QP1 another process of ours passed on (gsi_route): it checked the
+		 * ICRC; where it came from is in the forward. Taken here, never passed on. */
+		struct rv_port_fwd f;
+
+		if (rv_port_forwarded(d->buf, d->len, &f) || f.len > sizeof(d->buf))
+			return false;
+		memcpy(&d->src, f.src, 16);
+		memcpy(&d->dst, f.dst, 16);
+		memmove(d->buf, f.dgram, f.len);
+		d->len = (uint32_t)f.len;
+		if (rv_decode(d->buf, d->len, &d->pkt) || d->pkt.payload_len > UDP_PAYLOAD_MAX)
+			return false;
+		d->gsi = GSI_HERE;
+		return d->pkt.dest_qpn == 1 && d->pkt.opcode == (RV_UD | RV_SEND_ONLY);
+	}
 	case RV_DGRAM_GSI:
-	case RV_DGRAM_FORWARD:
-		/* QP1's MADs, the IB CM's (issue 26): no CM takes them yet. Dropped, but not
-		 * a stray: the port's place is not in question (an rxe host's rdma_cm made
-		 * every process here probe again once a second). */
-		return false;
+		/* QP1's MADs, the IB CM's: not a stray (the port's place is not in question),
+		 * for whichever process owns the connection or listens (gsi_route). */
+		d->gsi = GSI_ROUTE;
+		break;
 	case RV_DGRAM_STRAY:
 		sv_dbg("roce: a datagram for another process's QP came here");
 		now = sv_now_ns();
@@ -1477,6 +1502,9 @@ static bool accept_one(uint16_t sport)
 	}
 	if (rv_decode(d->buf, d->len, &d->pkt) || d->pkt.payload_len > UDP_PAYLOAD_MAX)
 		return false;
+	/* QP1: a MAD, a UD SEND Only (IBA 13.5.1) */
+	if (d->gsi)
+		return d->pkt.dest_qpn == 1 && d->pkt.opcode == (RV_UD | RV_SEND_ONLY);
 	/* QPN 0xFFFFFF: a UD SEND Only to a multicast group (IBA 10.5.2.5), nothing else */
 	if (d->pkt.dest_qpn == RV_QPN_MCAST)
 		return sv_gid_is_multicast((const union ibv_gid *)d->dst.s6_addr) &&
@@ -1490,6 +1518,49 @@ static bool accept_one(uint16_t sport)
 
 static int route_to(struct sv_qp *qp, struct udp_qp *uq, struct udp_qp *to);
 
+/* port.lock: the index of the process a MAD to QP1 (port.in) is for: the listener on a
+ * REQ's or SIDR_REQ's service, the owner of the block another message's remote
+ * communication ID names; -1 if none is known (it is then taken here). */
+static int gsi_owner(const struct udp_dgram *d)
+{
+	struct rv_cm_msg m;
+	uint32_t block;
+	int index;
+
+	if (rv_cm_decode(d->buf + d->pkt.hdr_len, d->pkt.payload_len, &m))
+		return -1;
+	if (m.attr == RV_CM_REQ || m.attr == RV_CM_SIDR_REQ) {
+		if (rv_port_listener(port.rp, m.service_id, &block))
+			return -1;
+	} else {
+		block = m.remote_id >> 16;
+	}
+	index = rv_port_index_of(port.rp, block);
+	return index >= 0 ? index : -1;
+}
+
+/* rx_busy and port.lock: a MAD to QP1 (port.in, @sport its source port) to the process
+ * it is for: passed on to it when it is another (rv_port_forward), else to this
+ * process's QP1. Returns how many were delivered here. */
+static int gsi_route(struct sv_qp *qp, struct udp_qp *uq, uint16_t sport)
+{
+	struct udp_dgram *d = &port.in;
+	int owner = d->gsi == GSI_ROUTE ? gsi_owner(d) : -1;
+
+	if (owner >= 0 && owner != rv_port_index(port.rp)) {
+		struct rv_port_fwd f = { .sport = sport, .dgram = d->buf, .len = d->len };
+
+		memcpy(f.src, &d->src, 16);
+		memcpy(f.dst, &d->dst, 16);
+		if (rv_port_forward(port.rp, owner, &f))
+			sv_dbg("roce: a MAD to QP1 not passed on to its process: lost");
+		return 0;
+	}
+	if (!port.gsi)
+		return 0; /* no QP1 here: lost (the peer's CM sends again) */
+	return route_to(qp, uq, port.gsi);
+}
+
 /* rx_busy and port.lock: the datagram in port.in to its QP (to each of the process's
  * members of its group: a multicast datagram): delivered now if it is @uq's and nothing
  * of @uq's waits before it, else queued. Returns how many were delivered. */
@@ -1501,6 +1572,8 @@ static int route(struct sv_qp *qp, struct udp_qp *uq, uint16_t sport)
 
 	if (!accept_one(sport))
 		return 0;
+	if (d->gsi)
+		return gsi_route(qp, uq, sport);
 	if (d->pkt.dest_qpn == RV_QPN_MCAST) {
 		struct udp_group *g = group_find_locked(d->dst.s6_addr);
 		int n = 0;
@@ -1656,6 +1729,42 @@ static uint32_t udp_bad_pkeys(struct sv_qp *qp)
 	return uq ? atomic_load_explicit(&uq->bad_pkeys, memory_order_relaxed) : 0;
 }
 
+/* The process's QP1 (sv_qp_set_gsi): the MADs to QP1 that are ours go to @qp. */
+static int udp_gsi(struct sv_qp *qp, bool on)
+{
+	struct udp_qp *uq = udp_of(qp);
+	int err = 0;
+
+	if (!uq)
+		return -ENODEV;
+	pthread_mutex_lock(&port.lock);
+	if (on && port.gsi && port.gsi != uq)
+		err = -EBUSY;
+	else if (on)
+		port.gsi = uq;
+	else if (port.gsi == uq)
+		port.gsi = NULL;
+	pthread_mutex_unlock(&port.lock);
+	return err;
+}
+
+/* The process listens on IB CM service @service_id (the port's registry: a REQ for it
+ * that another process receives comes here). */
+static int udp_cm_listen(struct sv_qp *qp, uint64_t service_id, bool on)
+{
+	int err = 0;
+
+	if (!udp_of(qp))
+		return -ENODEV;
+	pthread_mutex_lock(&port.lock);
+	if (on)
+		err = rv_port_listen(port.rp, service_id);
+	else
+		rv_port_unlisten(port.rp, service_id);
+	pthread_mutex_unlock(&port.lock);
+	return err;
+}
+
 const struct sv_wire_ops sv_wire_udp = {
 	.name = "udp",
 	.caps = 0, /* datagrams, unacknowledged and unordered; SEND with immediate */
@@ -1680,6 +1789,8 @@ const struct sv_wire_ops sv_wire_udp = {
 	.bad_pkeys = udp_bad_pkeys,
 	.mcast_attach = udp_mcast_attach,
 	.mcast_detach = udp_mcast_detach,
+	.gsi = udp_gsi,
+	.cm_listen = udp_cm_listen,
 };
 
 /* --- RC: the RoCE wire ------------------------------------------------------------------- */
