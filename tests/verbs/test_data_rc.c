@@ -992,13 +992,17 @@ static long library_switches(void)
  * READs one at a time, each polled for: fewer than one wake-up for two of them (40–140
  * measured). Only where the application spins: preempted
  * often (other tests on the CPUs), it polls too little to be judged busy, and the library
- * rightly does the work itself; the check is then skipped. */
+ * rightly does the work itself; such a round is not judged. A loaded machine can also
+ * stall the spin without preempting it (one CI run: 1,235 wake-ups, the poller preempted
+ * fewer than 200 times): up to three rounds, and the best is judged, so that a library
+ * that wakes for every answer fails every time and a passing burst of load does not. */
 static void test_busy_poller_is_not_shadowed(void **state)
 {
 	struct tp_pair *x = rc_pair(state);
 	const int n = 2000;
 	struct tp_wr w = tp_wr1(0, IBV_WR_RDMA_READ, 0, 64);
-	long before, woken, preempted;
+	long best = -1, woken, preempted;
+	int judged = 0;
 
 	w.remote_addr = x->pi.addr;
 	w.rkey = x->pi.rkey;
@@ -1008,34 +1012,42 @@ static void test_busy_poller_is_not_shadowed(void **state)
 		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
 		tp_expect_wc(x->ep.scq, w.wr_id, IBV_WC_SUCCESS, W, NULL);
 	}
-	before = library_switches();
-	preempted = status_field("/proc/thread-self/status", "nonvoluntary_ctxt_switches");
-	for (int i = 0; i < n; i++) {
-		w.wr_id = (uint64_t)i;
-		assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
-		tp_expect_wc(x->ep.scq, w.wr_id, IBV_WC_SUCCESS, W, NULL);
-	}
-	woken = library_switches() - before;
-	preempted = status_field("/proc/thread-self/status", "nonvoluntary_ctxt_switches") -
-		    preempted;
-	tp_assert_pattern(x->ep.buf, 64, 77, 0, "the READs");
-	tp_pair_stop(x);
+	for (int round = 0; round < 3 && (best < 0 || best >= n / 2); round++) {
+		long before = library_switches();
+
+		preempted = status_field("/proc/thread-self/status", "nonvoluntary_ctxt_switches");
+		for (int i = 0; i < n; i++) {
+			w.wr_id = (uint64_t)i;
+			assert_int_equal(tp_ep_post_send(&x->ep, x->lq, &w, 1, NULL), 0);
+			tp_expect_wc(x->ep.scq, w.wr_id, IBV_WC_SUCCESS, W, NULL);
+		}
+		woken = library_switches() - before;
+		preempted = status_field("/proc/thread-self/status", "nonvoluntary_ctxt_switches") -
+			    preempted;
 #if defined(__SANITIZE_THREAD__)
-	preempted = n; /* (ThreadSanitizer's slowdown: the application polls too little to
-			* be judged busy, and the library rightly does the work itself) */
+		preempted = n; /* (ThreadSanitizer's slowdown: the application polls too little
+				* to be judged busy, and the library rightly does the work) */
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-	preempted = n;
+		preempted = n;
 #endif
 #endif
-	if (preempted > n / 10) {
-		printf("(the poller was preempted %ld times, or runs under ThreadSanitizer: "
-		       "not judged)\n", preempted);
-		skip();
+		if (preempted > n / 10) {
+			printf("(round %d: the poller was preempted %ld times, or runs under "
+			       "ThreadSanitizer: not judged)\n", round, preempted);
+			continue;
+		}
+		judged++;
+		if (best < 0 || woken < best)
+			best = woken;
 	}
-	if (woken >= n / 2)
-		fail_msg("the library's threads were woken %ld times for %d READs polled for", woken,
-			 n);
+	tp_assert_pattern(x->ep.buf, 64, 77, 0, "the READs");
+	tp_pair_stop(x);
+	if (!judged)
+		skip();
+	if (best >= n / 2)
+		fail_msg("the library's threads were woken %ld times (the best of %d rounds) for %d "
+			 "READs polled for", best, judged, n);
 }
 
 /* ---- events ---------------------------------------------------------------------------- */
