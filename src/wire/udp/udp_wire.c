@@ -1539,9 +1539,54 @@ static int gsi_owner(const struct udp_dgram *d)
 	return index >= 0 ? index : -1;
 }
 
+/*
+ * port.lock: a REQ or SIDR_REQ to QP1 (@d) for a service nobody of this user listens on,
+ * and no QP1 in this process to say so: refused from QP 1 as Linux's CM refuses it (a REJ,
+ * Invalid Service ID; a SIDR_REP, Unsupported), so that the peer's rdma_cm reports
+ * REJECTED at once rather than UNREACHABLE after every retry.
+ */
+static void gsi_refuse(const struct udp_dgram *d)
+{
+	struct rv_cm_msg req, ans = { 0 };
+	uint8_t hdr[RV_HDR_MAX], mad[RV_MAD_LEN], trailer[3 + RV_ICRC] = { 0 };
+	struct iovec out[3];
+	struct sockaddr_storage ss;
+	socklen_t ss_len;
+	struct rv_pkt pkt;
+	int hl;
+
+	if (rv_cm_decode(d->buf + d->pkt.hdr_len, d->pkt.payload_len, &req) ||
+	    (req.attr != RV_CM_REQ && req.attr != RV_CM_SIDR_REQ) ||
+	    !dest_addr(d->src.s6_addr, &ss, &ss_len))
+		return;
+	ans.tid = req.tid;
+	if (req.attr == RV_CM_REQ) {
+		ans.attr = RV_CM_REJ;
+		ans.remote_id = req.local_id;
+		ans.msg = 0;     /* the REQ is rejected */
+		ans.reason = 8;  /* Invalid Service ID */
+	} else {
+		ans.attr = RV_CM_SIDR_REP;
+		ans.local_id = req.local_id; /* its request ID */
+		ans.sidr_status = 1;         /* Service ID not supported */
+		ans.service_id = req.service_id;
+	}
+	if (rv_cm_encode(&ans, mad))
+		return;
+	pkt = (struct rv_pkt){ .opcode = RV_UD | RV_SEND_ONLY, .pkey = d->pkt.pkey,
+			       .dest_qpn = d->pkt.src_qpn, .qkey = RV_QP1_QKEY, .src_qpn = 1 };
+	hl = rv_encode(hdr, &pkt, RV_MAD_LEN);
+	if (hl < 0)
+		return;
+	out[0] = (struct iovec){ .iov_base = hdr, .iov_len = (size_t)hl };
+	out[1] = (struct iovec){ .iov_base = mad, .iov_len = RV_MAD_LEN };
+	(void)send_dgram(out, 3, trailer, 0, d->dst.s6_addr, d->src.s6_addr, &ss, ss_len);
+}
+
 /* rx_busy and port.lock: a MAD to QP1 (port.in, @sport its source port) to the process
  * it is for: passed on to it when it is another (rv_port_forward), else to this
- * process's QP1. Returns how many were delivered here. */
+ * process's QP1 (with none, a REQ for nobody is refused: gsi_refuse). Returns how many
+ * were delivered here. */
 static int gsi_route(struct sv_qp *qp, struct udp_qp *uq, uint16_t sport)
 {
 	struct udp_dgram *d = &port.in;
@@ -1556,8 +1601,13 @@ static int gsi_route(struct sv_qp *qp, struct udp_qp *uq, uint16_t sport)
 			sv_dbg("roce: a MAD to QP1 not passed on to its process: lost");
 		return 0;
 	}
-	if (!port.gsi)
-		return 0; /* no QP1 here: lost (the peer's CM sends again) */
+	if (!port.gsi) {
+		/* No QP1 here: a REQ nobody listens for is refused; anything else is lost
+		 * (the peer's CM sends it again). */
+		if (d->gsi == GSI_ROUTE && owner < 0)
+			gsi_refuse(d);
+		return 0;
+	}
 	return route_to(qp, uq, port.gsi);
 }
 

@@ -8,6 +8,8 @@
  *   the other's, whichever process the kernel gave it to (passed on: rv_port_forward);
  * - every REP whose remote communication ID names the other process's block reaches it;
  * - what a QP1 sends goes from QP 1 (DETH), with its Q_Key, the MAD whole;
+ * - with no QP1 anywhere, a REQ for nobody is refused from QP 1 (REJ, Invalid Service ID)
+ *   and a SIDR_REQ answered Unsupported;
  * - a second QP1 in a process is EBUSY, an RC QP is EINVAL, listening through a QP that
  *   is not QP1 is ENODEV, a service another process listens on is EADDRINUSE.
  */
@@ -359,6 +361,89 @@ static void test_qp1_sends_from_qp1(void **state)
 	close(s);
 }
 
+/* No QP1 anywhere and nobody listening: a REQ is refused from QP 1 (REJ, Invalid Service
+ * ID, naming the REQ's communication ID), a SIDR_REQ answered Unsupported, by the process
+ * the REQ reached; the peer's socket is 127.0.0.3 on the RoCE port. */
+static void test_nobody_listens(void **state)
+{
+	struct sockaddr_in at = forge_port(), to = forge_port();
+	struct rv_cm_msg req = { .attr = RV_CM_REQ, .tid = 0x42, .local_id = 0x00330003,
+				 .service_id = SID + 7 }, m;
+	int on = 1, dont = IP_PMTUDISC_DO, s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	uint8_t b[20 + RV_MAD_LEN + 4];
+	struct ibv_device **l = ibv_get_device_list(NULL);
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_UD,
+				       .cap = { .max_send_wr = 1, .max_recv_wr = 1,
+						.max_send_sge = 1, .max_recv_sge = 1 } };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x1234 };
+
+	(void)state;
+	/* This process on the port (a UD QP), with no QP1. */
+	assert_non_null(l);
+	ctx = ibv_open_device(l[0]);
+	ibv_free_device_list(l);
+	assert_non_null(ctx);
+	pd = ibv_alloc_pd(ctx);
+	cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+	ia.send_cq = ia.recv_cq = cq;
+	qp = ibv_create_qp(pd, &ia);
+	assert_non_null(qp);
+	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+						   IBV_QP_QKEY), 0);
+	a.qp_state = IBV_QPS_RTR;
+	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+	a.qp_state = IBV_QPS_RTS;
+	assert_int_equal(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+	at.sin_addr.s_addr = htonl(0x7f000003);
+	assert_true(s >= 0);
+	assert_int_equal(setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on)), 0);
+	assert_int_equal(setsockopt(s, IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof(dont)), 0);
+	assert_int_equal(bind(s, (struct sockaddr *)&at, sizeof(at)), 0);
+	for (int round = 0; round < 2; round++) {
+		size_t len;
+		ssize_t n;
+
+		memset(b, 0, sizeof(b));
+		b[0] = 0x64;
+		b[2] = b[3] = 0xff;
+		b[7] = 1;
+		forge_put32(b + 12, RV_QP1_QKEY);
+		b[19] = 1;
+		if (round)
+			req = (struct rv_cm_msg){ .attr = RV_CM_SIDR_REQ, .tid = 0x43,
+						  .local_id = 0x77, .service_id = SID + 8 };
+		assert_int_equal(rv_cm_encode(&req, b + 20), 0);
+		len = forge_seal(&at, &to, b, 20 + RV_MAD_LEN, 0);
+		assert_int_equal(sendto(s, b, len, 0, (struct sockaddr *)&to, sizeof(to)),
+				 (ssize_t)len);
+		assert_int_equal(poll(&(struct pollfd){ .fd = s, .events = POLLIN }, 1, WAIT_MS), 1);
+		n = recv(s, b, sizeof(b), 0);
+		assert_int_equal(n, 20 + RV_MAD_LEN + 4);
+		assert_int_equal(b[5] << 16 | b[6] << 8 | b[7], 1);	 /* to QP1 */
+		assert_int_equal(b[17] << 16 | b[18] << 8 | b[19], 1); /* from QP1 */
+		assert_int_equal(rv_cm_decode(b + 20, RV_MAD_LEN, &m), 0);
+		if (!round) {
+			assert_int_equal(m.attr, RV_CM_REJ);
+			assert_int_equal(m.reason, 8);
+			assert_int_equal(m.remote_id, 0x00330003);
+			assert_int_equal(m.tid, 0x42);
+		} else {
+			assert_int_equal(m.attr, RV_CM_SIDR_REP);
+			assert_int_equal(m.sidr_status, 1);
+			assert_int_equal(m.local_id, 0x77);
+		}
+	}
+	close(s);
+	ibv_destroy_qp(qp);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+}
+
 static void test_not_qp1(void **state)
 {
 	struct ibv_device **l = ibv_get_device_list(NULL);
@@ -394,6 +479,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_mads_reach_their_process),
 		cmocka_unit_test(test_qp1_sends_from_qp1),
+		cmocka_unit_test(test_nobody_listens),
 		cmocka_unit_test(test_not_qp1),
 	};
 
