@@ -110,12 +110,7 @@ int softverbs_qp_set_gsi(struct ibv_qp *qp, int on)
 
 int softverbs_cm_listen(struct ibv_qp *qp, uint64_t service_id, int on)
 {
-	struct sv_qp *q;
-
 	if (!qp)
 		return EINVAL;
-	q = to_svqp(qp);
-	if (!q->gsi || !q->far || !q->far->cm_listen)
-		return ENODEV;
-	return -q->far->cm_listen(q, service_id, on != 0);
+	return -sv_qp_cm_listen(to_svqp(qp), service_id, on != 0);
 }

@@ -412,6 +412,13 @@ int sv_qp_set_gsi(struct sv_qp *qp, bool on)
 	return err;
 }
 
+int sv_qp_cm_listen(struct sv_qp *qp, uint64_t service_id, bool on)
+{
+	if (!qp->gsi || !qp->far || !qp->far->cm_listen)
+		return -ENODEV;
+	return qp->far->cm_listen(qp, service_id, on);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* progress                                                                                 */
 

@@ -74,12 +74,15 @@ static inline void sv_qp_fail(struct sv_qp *qp, int err)
 /* Enters ERR if the data path asked for it (call with no QP lock held; if qp->lock is
  * busy the error stays pending for a later call). */
 void sv_qp_settle(struct sv_qp *qp);
+/* The same, with qp->lock held. */
+void sv_qp_settle_locked(struct sv_qp *qp);
 /* UD @qp is the process's QP1 for the IB CM (@on), or no more: the MADs to QP1 that
  * are this process's come to it, and its datagrams go from QP 1. 0, -EINVAL (not UD),
  * -ENODEV (no wire to other hosts), -EBUSY (another QP is). */
 int sv_qp_set_gsi(struct sv_qp *qp, bool on);
-/* The same, with qp->lock held. */
-void sv_qp_settle_locked(struct sv_qp *qp);
+/* Through QP1 @qp, its process listens on IB CM service @service_id (@on) or no more:
+ * 0, -ENODEV (@qp is not QP1), -EADDRINUSE, -ENOSPC. */
+int sv_qp_cm_listen(struct sv_qp *qp, uint64_t service_id, bool on);
 
 /* Takes sq.lock once no thread copies for the send queue without it (tx_claimed): what
  * the copy uses (the wire's peer) may then change. */
