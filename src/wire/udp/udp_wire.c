@@ -490,6 +490,26 @@ static bool mcast_if_allowed(const char *name)
 	return false;
 }
 
+/* The port's socket joins (@join) or leaves the IP group of @mgid (an IPv4 group mapped,
+ * or IPv6) on interface @idx: 0 or -1 (errno set). */
+static int membership(const uint8_t mgid[16], unsigned int idx, bool join)
+{
+	if (v4_mapped(mgid)) {
+		struct ip_mreqn m = { .imr_ifindex = (int)idx };
+
+		memcpy(&m.imr_multiaddr, mgid + 12, 4);
+		return setsockopt(port.fd, IPPROTO_IP, join ? IP_ADD_MEMBERSHIP : IP_DROP_MEMBERSHIP,
+				  &m, sizeof(m));
+	}
+	{
+		struct ipv6_mreq m = { .ipv6mr_interface = idx };
+
+		memcpy(&m.ipv6mr_multiaddr, mgid, 16);
+		return setsockopt(port.fd, IPPROTO_IPV6, join ? IPV6_JOIN_GROUP : IPV6_LEAVE_GROUP,
+				  &m, sizeof(m));
+	}
+}
+
 /*
  * setup_lock, port.lock: the port's socket joins @g's IP group (an IPv4 group mapped, or
  * IPv6) on the link of interface @ifindex, or of every interface (SV_MCAST_IF_ALL,
@@ -507,7 +527,6 @@ static void group_join(struct udp_group *g, int ifindex)
 	for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
 		unsigned int idx = if_nametoindex(i->ifa_name);
 		bool seen = false;
-		int r;
 
 		if ((i->ifa_flags & (IFF_UP | IFF_MULTICAST | IFF_LOOPBACK)) !=
 			    (IFF_UP | IFF_MULTICAST) ||
@@ -517,18 +536,7 @@ static void group_join(struct udp_group *g, int ifindex)
 			seen = g->ifs[k] == idx;
 		if (seen || g->n_ifs == UDP_MCAST_IFS)
 			continue;
-		if (v4) {
-			struct ip_mreqn m = { .imr_ifindex = (int)idx };
-
-			memcpy(&m.imr_multiaddr, g->mgid + 12, 4);
-			r = setsockopt(port.fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof(m));
-		} else {
-			struct ipv6_mreq m = { .ipv6mr_interface = idx };
-
-			memcpy(&m.ipv6mr_multiaddr, g->mgid, 16);
-			r = setsockopt(port.fd, IPPROTO_IPV6, IPV6_JOIN_GROUP, &m, sizeof(m));
-		}
-		if (!r)
+		if (!membership(g->mgid, idx, true))
 			g->ifs[g->n_ifs++] = idx;
 		else /* (ENOBUFS: more groups than net.ipv4.igmp_max_memberships) */
 			sv_warn("roce: joining a multicast group on %s: %s", i->ifa_name,
@@ -540,19 +548,8 @@ static void group_join(struct udp_group *g, int ifindex)
 /* setup_lock, port.lock: the port's socket leaves @g's IP group wherever it joined it. */
 static void group_unjoin(struct udp_group *g)
 {
-	for (int k = 0; k < g->n_ifs; k++) {
-		if (v4_mapped(g->mgid)) {
-			struct ip_mreqn m = { .imr_ifindex = (int)g->ifs[k] };
-
-			memcpy(&m.imr_multiaddr, g->mgid + 12, 4);
-			(void)setsockopt(port.fd, IPPROTO_IP, IP_DROP_MEMBERSHIP, &m, sizeof(m));
-		} else {
-			struct ipv6_mreq m = { .ipv6mr_interface = g->ifs[k] };
-
-			memcpy(&m.ipv6mr_multiaddr, g->mgid, 16);
-			(void)setsockopt(port.fd, IPPROTO_IPV6, IPV6_LEAVE_GROUP, &m, sizeof(m));
-		}
-	}
+	for (int k = 0; k < g->n_ifs; k++)
+		(void)membership(g->mgid, g->ifs[k], false);
 	g->n_ifs = 0;
 }
 
