@@ -30,6 +30,19 @@ if ! command -v "$CC" >/dev/null ||
   exit 77
 fi
 rm -f "$out/.probe"
+# The library under test, instrumented, for the receive-path targets (fuzz_iw_rx,
+# fuzz_roce_rx): every file of the receive path counts for coverage (the wire, the core's
+# responder and completer, the key table). OUTDIR/lib, configured once, built
+# incrementally.
+build_lib() {
+  if [ ! -f "$out/lib/CMakeCache.txt" ]; then
+    cmake -S "$root" -B "$out/lib" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Debug \
+      -DSV_SANITIZE=address,undefined -DCMAKE_C_FLAGS="-O1 -fsanitize=fuzzer-no-link" \
+      >"$out/lib.log" 2>&1 || { cat "$out/lib.log"; exit 1; }
+  fi
+  cmake --build "$out/lib" --target ibverbs -j2 >>"$out/lib.log" 2>&1 ||
+    { tail -50 "$out/lib.log"; exit 1; }
+}
 for t in "${targets[@]}"; do
   case $t in
   fuzz_iw_decode)
@@ -38,29 +51,14 @@ for t in "${targets[@]}"; do
       "$root/src/wire/iwarp/iw_crc.c" -lisal
     ;;
   fuzz_iw_rx)
-    # The library under test, instrumented: every file of the receive path counts for
-    # coverage (the wire, the core's responder and completer, the key table).
-    if [ ! -f "$out/lib/CMakeCache.txt" ]; then
-      cmake -S "$root" -B "$out/lib" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Debug \
-        -DSV_SANITIZE=address,undefined -DCMAKE_C_FLAGS="-O1 -fsanitize=fuzzer-no-link" \
-        >"$out/lib.log" 2>&1 || { cat "$out/lib.log"; exit 1; }
-    fi
-    cmake --build "$out/lib" --target ibverbs -j2 >>"$out/lib.log" 2>&1 ||
-      { tail -50 "$out/lib.log"; exit 1; }
+    build_lib
     "$CC" "${flags[@]}" -I"$root/include" -o "$out/fuzz_iw_rx" \
       "$root/tests/fuzz/fuzz_iw_rx.c" "$root/src/wire/iwarp/iw_proto.c" \
       "$root/src/wire/iwarp/iw_crc.c" -L"$out/lib/lib" -Wl,-rpath,"$out/lib/lib" \
       -libverbs -lisal
     ;;
   fuzz_roce_rx)
-    # The library under test, instrumented, as for fuzz_iw_rx (the same OUTDIR/lib).
-    if [ ! -f "$out/lib/CMakeCache.txt" ]; then
-      cmake -S "$root" -B "$out/lib" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Debug \
-        -DSV_SANITIZE=address,undefined -DCMAKE_C_FLAGS="-O1 -fsanitize=fuzzer-no-link" \
-        >"$out/lib.log" 2>&1 || { cat "$out/lib.log"; exit 1; }
-    fi
-    cmake --build "$out/lib" --target ibverbs -j2 >>"$out/lib.log" 2>&1 ||
-      { tail -50 "$out/lib.log"; exit 1; }
+    build_lib
     "$CC" "${flags[@]}" -I"$root/include" -o "$out/fuzz_roce_rx" \
       "$root/tests/fuzz/fuzz_roce_rx.c" -L"$out/lib/lib" -Wl,-rpath,"$out/lib/lib" \
       -libverbs -lz
